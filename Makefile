@@ -1,0 +1,38 @@
+# kvlife front door. Every target that runs code depends on `setup`, which builds .venv once
+# and again only when pyproject.toml or constraints.txt change.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.kvlife-installed
+CE ?=
+
+.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "setup: installing torch==2.13.0 (CPU) into $(VENV)"
+	@$(BIN)/pip install -q --disable-pip-version-check torch==2.13.0
+	@echo "setup: installing kvlife and its pinned dependencies"
+	@$(BIN)/pip install -q --disable-pip-version-check --no-build-isolation -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+verify: setup
+	@$(BIN)/python -m model prove
+	@$(BIN)/python -m fuzz run --profile ci --quiet-ok
+	@echo "verify: all theorems match the manifest; lockstep fuzzing found nothing"
+
+test: setup
+	@$(BIN)/python -m pytest -n 2 tests
+
+lint: setup
+	@$(BIN)/ruff check .
+	@$(BIN)/mypy
+
+replay: setup
+	@test -n "$(CE)" || { echo "usage: make replay CE=path/to/trace.json" >&2; exit 2; }
+	@$(BIN)/python -m fuzz replay $(CE)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports

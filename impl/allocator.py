@@ -1,0 +1,75 @@
+"""Token-slot allocators: the shared base (free groups, sorted release) and the page-size-1 allocator."""
+
+from __future__ import annotations
+
+import torch
+
+
+class BaseTokenToKVPoolAllocator:
+    """Free pages live in `free_pages`; with `need_sort`, frees go to `release_pages` and merge lazily."""
+
+    def __init__(self, size: int, page_size: int, device: str = "cpu", need_sort: bool = False):
+        self.size = size
+        self.page_size = page_size
+        self.device = device
+        self.need_sort = need_sort
+        self.free_group: list[torch.Tensor] | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def available_size(self) -> int:
+        return (len(self.free_pages) + len(self.release_pages)) * self.page_size
+
+    def merge_and_sort_free(self) -> None:
+        if self.release_pages.numel() > 0:
+            self.free_pages = torch.sort(torch.cat((self.free_pages, self.release_pages))).values
+            self.release_pages = self._empty()
+
+    def free_group_begin(self) -> None:
+        # Not re-entrant, as upstream: a nested begin drops the frees already pending.
+        self.free_group = []
+
+    def free_group_end(self) -> None:
+        pending, self.free_group = self.free_group, None
+        if pending:
+            self.free(torch.cat(pending))
+
+    def free(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _empty(self) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.int64, device=self.device)
+
+
+class TokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
+    """Page size 1: slot 0 is reserved; alloc takes from the head, free appends to the tail (FIFO)."""
+
+    def __init__(self, size: int, device: str = "cpu", need_sort: bool = False):
+        super().__init__(size, 1, device, need_sort)
+
+    def clear(self) -> None:
+        self.free_pages = torch.arange(1, self.size + 1, dtype=torch.int64, device=self.device)
+        self.release_pages = self._empty()
+        self.free_group = None
+
+    def alloc(self, need_size: int) -> torch.Tensor | None:
+        if self.need_sort and need_size > len(self.free_pages):
+            self.merge_and_sort_free()
+        if need_size > len(self.free_pages):
+            return None
+        out = self.free_pages[:need_size]
+        self.free_pages = self.free_pages[need_size:]
+        return out
+
+    def free(self, indices: torch.Tensor) -> None:
+        # No dedup and no range check, as upstream: a double free duplicates ids in the free list.
+        if indices.numel() == 0:
+            return
+        if self.free_group is not None:
+            self.free_group.append(indices.clone())
+        elif self.need_sort:
+            self.release_pages = torch.cat((self.release_pages, indices))
+        else:
+            self.free_pages = torch.cat((self.free_pages, indices))

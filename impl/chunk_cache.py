@@ -1,0 +1,43 @@
+"""`ChunkCache`: the prefix cache used without a radix tree. It owns no KV; it only frees a record's range."""
+
+from __future__ import annotations
+
+import torch
+
+from impl.allocator import BaseTokenToKVPoolAllocator
+from impl.records import Req
+from impl.req_pool import ReqToTokenPool
+
+
+class ChunkCache:
+    """No tree: prefix matches are empty, locks are no-ops, and nothing is evictable or protected."""
+
+    def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: BaseTokenToKVPoolAllocator):
+        self.req_to_token_pool = req_to_token_pool
+        self.allocator = allocator
+
+    def supports_mamba(self) -> bool:
+        return False
+
+    def evictable_size(self) -> int:
+        return 0
+
+    def protected_size(self) -> int:
+        return 0
+
+    def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor:
+        assert req.kv.req_pool_idx is not None
+        return self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, start:end].to(torch.int64)
+
+    def free_kv_row(self, req: Req, ranges: list[tuple[int, int]]) -> None:
+        for start, end in ranges:
+            if start < end:
+                self.allocator.free(self.row_slots(req, start, end))
+
+    def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None:
+        # is_insert has no meaning without a tree; the request's own range [P, n) goes back.
+        self.free_kv_row(req, [(req.kv.cache_protected_len, kv_len_to_handle)])
+
+    def cache_unfinished_req(self, req: Req) -> None:
+        """Stash between chunks: the next chunk re-reads its own slots through `prefix_indices`."""
+        req.prefix_indices = self.row_slots(req, 0, req.kv.kv_committed_len).clone()
