@@ -45,5 +45,8 @@ class Req:
     rid: int
     kv: ReqKvInfo = field(default_factory=ReqKvInfo)
     prefix_indices: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    fill_ids: list[int] = field(default_factory=list)
+    last_node: object | None = None
+    extend_range_end: int = 0
     inflight_middle_chunks: int = 0
     status: ReqStatus = ReqStatus.WAITING
