@@ -14,6 +14,8 @@ class BaseTokenToKVPoolAllocator:
         self.device = device
         self.need_sort = need_sort
         self.free_group: list[torch.Tensor] | None = None
+        self.free_pages: torch.Tensor = self._empty()
+        self.release_pages: torch.Tensor = self._empty()
         self.clear()
 
     def clear(self) -> None:

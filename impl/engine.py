@@ -7,13 +7,14 @@ Each operation either completes or raises `Refused` and leaves every record, row
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
-from impl.faults import FaultSet
+from impl.faults import NO_FAULTS, FaultSet
 from impl.records import Req, ReqStatus
 from impl.release import pp_release_manual, release_kv_cache
 from impl.req_pool import ContractViolation, ReqToTokenPool
@@ -82,7 +83,7 @@ class PoolSnapshot:
 class ReferencePool:
     """The reference pool: `ReqToTokenPool` + token allocator + chunk cache, driven as a scheduler would."""
 
-    def __init__(self, config: PoolConfig, faults: FaultSet = FaultSet()):
+    def __init__(self, config: PoolConfig, faults: FaultSet = NO_FAULTS):
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' asked for, but no CUDA device is available")
         self.config = config
@@ -208,7 +209,7 @@ class ReferencePool:
             raise Refused(f"request {rid} is {req.status.value}, not running")
         return req
 
-    def _contract(self, call) -> None:  # type: ignore[no-untyped-def]
+    def _contract(self, call: Callable[[], None]) -> None:
         try:
             call()
         except ContractViolation as exc:

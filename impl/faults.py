@@ -64,3 +64,6 @@ class FaultSet:
 
     def sorted(self) -> list[str]:
         return sorted(self.names)
+
+
+NO_FAULTS = FaultSet()

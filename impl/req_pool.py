@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.faults import FaultSet
+from impl.faults import NO_FAULTS, FaultSet
 from impl.records import Req
 
 
@@ -20,7 +20,7 @@ def _require(condition: bool, message: str) -> None:
 class ReqToTokenPool:
     """Rows of `req_to_token` (row 0 is padding), handed out LIFO from the tail of `free_slots`."""
 
-    def __init__(self, size: int, max_context_len: int, device: str = "cpu", faults: FaultSet = FaultSet()):
+    def __init__(self, size: int, max_context_len: int, device: str = "cpu", faults: FaultSet = NO_FAULTS):
         assert size >= 1 and max_context_len >= 1
         self.size = size
         self.max_context_len = max_context_len

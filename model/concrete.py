@@ -1,0 +1,74 @@
+"""The executable model: the actions run with Python values, stepped in lockstep with a real pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.actions import Action, actions_for
+from model.interp import PY
+from model.state import Sizes, State, initial
+from properties.abstraction import Observation, RecordObs
+from properties.invariants import INVARIANTS
+from properties.snapshot import STATUS_NEW
+
+
+class Model:
+    """One model instance: sizes, the action table (contract unless faults are named) and the current state."""
+
+    def __init__(self, sizes: Sizes, faults: frozenset[str] = frozenset()):
+        self.sizes = sizes
+        self.actions = actions_for(faults)
+        self.state: State = initial(PY, sizes)
+
+    def action(self, op: str) -> Action:
+        try:
+            return self.actions[op]
+        except KeyError:
+            raise ValueError(f"the model has no action {op!r}") from None
+
+    def enabled(self, op: str, args: dict[str, Any]) -> bool:
+        return bool(self.action(op).enabled(PY, self.sizes, self.state, args))
+
+    def choice_ok(self, op: str, args: dict[str, Any]) -> bool:
+        return bool(self.action(op).choice_ok(PY, self.sizes, self.state, args))
+
+    def step(self, op: str, args: dict[str, Any]) -> None:
+        """Apply an enabled action whose choice (if any) is already in `args`."""
+        self.state = self.action(op).update(PY, self.sizes, self.state, args)
+
+    def known_requests(self) -> list[int]:
+        return sorted(r for r in self.state.rec_status if self.state.rec_status.get(r) != STATUS_NEW)
+
+    def observe(self) -> Observation:
+        s = self.state
+        records = {
+            rid: RecordObs(
+                s.rec_status.get(rid), s.rec_row.get(rid), s.rec_P.get(rid), s.rec_C.get(rid),
+                s.rec_A.get(rid), s.rec_inflight.get(rid),
+            )
+            for rid in self.known_requests()
+        }
+        free = frozenset(r for r in range(1, self.sizes.rows + 1) if not s.row_held.get(r))
+        return Observation(records, free, s.n_free_rows, s.n_free_slots)
+
+    def violated_invariants(self) -> list[str]:
+        """Invariants whose symbolic form is false on the current state, at some known index."""
+        reqs = self.known_requests() or [0]
+        rows = list(range(1, self.sizes.rows + 1))
+        domain = {"req": reqs, "row": rows}
+        bad = []
+        for inv in INVARIANTS:
+            if inv.symbolic is None:
+                continue
+            for idx in _index_tuples(inv.index, domain):
+                if not inv.symbolic(PY, self.sizes, self.state, *idx):
+                    bad.append(f"{inv.id} at {idx}")
+                    break
+        return bad
+
+
+def _index_tuples(sorts: tuple[str, ...], domain: dict[str, list[int]]) -> list[tuple[int, ...]]:
+    tuples: list[tuple[int, ...]] = [()]
+    for sort in sorts:
+        tuples = [(*t, v) for t in tuples for v in domain[sort]]
+    return tuples

@@ -1,0 +1,308 @@
+"""The invariant catalog: each invariant once, with its symbolic form over the model and its concrete check.
+
+The symbolic form is a formula over a model state `s` (fields such as `rec_row`, `row_held`), built with an
+interpreter `o` (Python values or Z3 terms) and sizes `p` (`rows`, `tokens`, `width`); invariants over
+records or rows take the index they are stated at. The concrete check reads a target's snapshot and returns
+one message per violation, naming the requests and rows involved.
+
+Counting invariants are stated symbolically over ghost counters the model keeps (`n_free_rows`,
+`owned_slots`); their link to the arrays is a cardinality, which the concrete check recounts on the pool.
+Slot identity is abstracted away by the model, so slot-level checks are concrete only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from properties.snapshot import STATUS_CODES, STATUS_DONE, STATUS_LIVE, STATUS_NEW, SnapshotLike
+
+Term = Any
+
+
+def holds(o: Any, s: Any, i: Term) -> Term:
+    """`holds_kv` of record `i`: its row is set (row 0 is padding and means none)."""
+    return o.select(s.rec_row, i) != 0
+
+
+def row_free(o: Any, p: Any, s: Any, r: Term) -> Term:
+    """Row `r` is a real row and sits in the free list."""
+    return o.And(r >= 1, r <= p.rows, o.Not(o.select(s.row_held, r)))
+
+
+def live(o: Any, s: Any, i: Term) -> Term:
+    return o.And(o.select(s.rec_status, i) == STATUS_LIVE, holds(o, s, i))
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """One invariant: `index` lists the sorts it is quantified over ('req' or 'row'), outermost first."""
+
+    id: str
+    statement: str
+    index: tuple[str, ...]
+    symbolic: Callable[..., Term] | None
+    concrete: Callable[[SnapshotLike], list[str]]
+
+
+def _kv_presence(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return holds(o, s, i) == (o.select(s.rec_A, i) > 0)
+
+
+def _kv_presence_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: holds_kv={rec.row is not None} but kv_allocated_len={rec.allocated_len}"
+        for rid, rec in snap.records.items()
+        if (rec.row is not None) != (rec.allocated_len > 0)
+    ]
+
+
+def _owns_row(o: Any, p: Any, s: Any, i: Term) -> Term:
+    r = o.select(s.rec_row, i)
+    return o.And(r >= 1, r <= p.rows, o.select(s.row_held, r), o.select(s.row_owner, r) == i)
+
+
+def _row_owner(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(holds(o, s, i), _owns_row(o, p, s, i))
+
+
+def _row_problems(snap: SnapshotLike, statuses: set[int] | None) -> list[str]:
+    """Records (of the given statuses, or all) naming a row outside the pool or in the free list."""
+    free = set(snap.free_rows)
+    out = []
+    for rid, rec in snap.records.items():
+        if rec.row is None or (statuses is not None and STATUS_CODES.get(rec.status) not in statuses):
+            continue
+        if not 1 <= rec.row <= snap.rows_total:
+            out.append(f"request {rid} holds row {rec.row}, outside 1..{snap.rows_total}")
+        elif rec.row in free:
+            out.append(f"request {rid} holds row {rec.row}, which is in the free list")
+    return out
+
+
+def _row_owner_check(snap: SnapshotLike) -> list[str]:
+    return _row_problems(snap, None)
+
+
+def _row_held_by_owner(o: Any, p: Any, s: Any, r: Term) -> Term:
+    owner = o.select(s.row_owner, r)
+    back = o.And(owner >= 0, o.select(s.rec_row, owner) == r, o.select(s.rec_status, owner) == STATUS_LIVE)
+    return o.Implies(o.select(s.row_held, r), o.And(r >= 1, r <= p.rows, back))
+
+
+def _row_held_check(snap: SnapshotLike) -> list[str]:
+    out = []
+    handed_out = set(range(1, snap.rows_total + 1)) - set(snap.free_rows)
+    for row in sorted(handed_out):
+        claimants = [rid for rid, rec in snap.records.items() if rec.row == row]
+        if not claimants:
+            out.append(f"row {row} is neither free nor held by any request (leaked)")
+        elif not any(STATUS_CODES.get(snap.records[rid].status) == STATUS_LIVE for rid in claimants):
+            out.append(f"row {row} is held only by requests {claimants} that are not live")
+    return out
+
+
+def _row_exclusive(o: Any, p: Any, s: Any, i: Term, j: Term) -> Term:
+    both = o.And(i != j, live(o, s, i), live(o, s, j))
+    return o.Implies(both, o.select(s.rec_row, i) != o.select(s.rec_row, j))
+
+
+def _row_exclusive_check(snap: SnapshotLike) -> list[str]:
+    by_row: dict[int, list[int]] = {}
+    for rid, rec in snap.records.items():
+        if rec.row is not None and STATUS_CODES.get(rec.status) == STATUS_LIVE:
+            by_row.setdefault(rec.row, []).append(rid)
+    return [
+        f"row {row} is held by live requests {', '.join(map(str, rids))}"
+        for row, rids in sorted(by_row.items())
+        if len(rids) > 1
+    ]
+
+
+def _length_order(o: Any, p: Any, s: Any, i: Term) -> Term:
+    P, C, A = o.select(s.rec_P, i), o.select(s.rec_C, i), o.select(s.rec_A, i)
+    return o.Implies(holds(o, s, i), o.And(P >= 0, P <= C, C <= A, p.width >= A))
+
+
+def _length_order_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: lengths P={r.protected_len} C={r.committed_len} A={r.allocated_len} "
+        f"break 0 <= P <= C <= A <= {snap.width}"
+        for rid, r in snap.records.items()
+        if r.row is not None
+        and not 0 <= r.protected_len <= r.committed_len <= r.allocated_len <= snap.width
+    ]
+
+
+def _released_unallocated(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(o.select(s.rec_status, i) == STATUS_DONE, o.select(s.rec_A, i) == 0)
+
+
+def _released_unallocated_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"released request {rid} keeps kv_allocated_len={rec.allocated_len}"
+        for rid, rec in snap.records.items()
+        if STATUS_CODES.get(rec.status) == STATUS_DONE and rec.allocated_len != 0
+    ]
+
+
+def _released_rowless(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(o.select(s.rec_status, i) == STATUS_DONE, o.Not(holds(o, s, i)))
+
+
+def _released_rowless_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"released request {rid} still names row {rec.row}"
+        for rid, rec in snap.records.items()
+        if STATUS_CODES.get(rec.status) == STATUS_DONE and rec.row is not None
+    ]
+
+
+def _live_row_owned(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(live(o, s, i), _owns_row(o, p, s, i))
+
+
+def _live_row_owned_check(snap: SnapshotLike) -> list[str]:
+    return _row_problems(snap, {STATUS_LIVE})
+
+
+def _record_domain(o: Any, p: Any, s: Any, i: Term) -> Term:
+    status = o.select(s.rec_status, i)
+    known = o.Or(status == STATUS_NEW, status == STATUS_LIVE, status == STATUS_DONE)
+    lengths = [o.select(a, i) >= 0 for a in (s.rec_P, s.rec_C, s.rec_A, s.rec_inflight)]
+    return o.And(known, *lengths)
+
+
+def _record_domain_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: status {rec.status!r} or a negative length (P={rec.protected_len}, "
+        f"C={rec.committed_len}, A={rec.allocated_len}, chunks={rec.inflight_middle_chunks})"
+        for rid, rec in snap.records.items()
+        if rec.status not in STATUS_CODES
+        or min(rec.protected_len, rec.committed_len, rec.allocated_len, rec.inflight_middle_chunks) < 0
+    ]
+
+
+def _no_overallocation(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(holds(o, s, i), o.select(s.rec_C, i) == o.select(s.rec_A, i))
+
+
+def _no_overallocation_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: kv_committed_len={rec.committed_len} != kv_allocated_len={rec.allocated_len}"
+        for rid, rec in snap.records.items()
+        if rec.row is not None and rec.committed_len != rec.allocated_len
+    ]
+
+
+def _unprotected(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(holds(o, s, i), o.select(s.rec_P, i) == 0)
+
+
+def _unprotected_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: cache_protected_len={rec.protected_len} with a chunk cache, which protects nothing"
+        for rid, rec in snap.records.items()
+        if rec.row is not None and rec.protected_len != 0
+    ]
+
+
+def _never_admitted_empty(o: Any, p: Any, s: Any, i: Term) -> Term:
+    new = o.select(s.rec_status, i) == STATUS_NEW
+    empty = [o.select(a, i) == 0 for a in (s.rec_row, s.rec_P, s.rec_C, s.rec_A, s.rec_inflight)]
+    return o.Implies(new, o.And(*empty))
+
+
+def _never_admitted_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"waiting request {rid} already has row={rec.row}, A={rec.allocated_len}"
+        for rid, rec in snap.records.items()
+        if STATUS_CODES.get(rec.status) == STATUS_NEW and (rec.row is not None or rec.allocated_len)
+    ]
+
+
+def _row_conservation(o: Any, p: Any, s: Any) -> Term:
+    return s.n_free_rows + s.n_held_rows == p.rows
+
+
+def _row_conservation_check(snap: SnapshotLike) -> list[str]:
+    out = []
+    dups = sorted(r for r, n in Counter(snap.free_rows).items() if n > 1)
+    if dups:
+        out.append(f"rows {dups} appear more than once in the free list (double free)")
+    bad = sorted(r for r in set(snap.free_rows) if not 1 <= r <= snap.rows_total)
+    if bad:
+        out.append(f"rows {bad} in the free list are not rows of this pool")
+    held = {rec.row for rec in snap.records.values() if rec.row is not None}
+    if len(snap.free_rows) + len(held) != snap.rows_total:
+        out.append(f"{len(snap.free_rows)} free rows + {len(held)} held rows != {snap.rows_total} rows")
+    return out
+
+
+def _token_conservation(o: Any, p: Any, s: Any) -> Term:
+    return o.And(s.n_free_slots + s.owned_slots == p.tokens, s.n_free_slots >= 0)
+
+
+def _token_conservation_check(snap: SnapshotLike) -> list[str]:
+    free = snap.free_slots.numel() + snap.release_slots.numel()
+    owned = sum(r.allocated_len - r.protected_len for r in snap.records.values() if r.row is not None)
+    if free * snap.page_size + owned != snap.tokens_total:
+        return [f"{free} free slots + {owned} request-owned slots != {snap.tokens_total} slots"]
+    return []
+
+
+def _slot_exclusive_check(snap: SnapshotLike) -> list[str]:
+    free = snap.free_slots.tolist() + snap.release_slots.tolist()
+    owners: dict[int, list[str]] = {}
+    for slot in free:
+        owners.setdefault(slot, []).append("free")
+    for rid, slots in snap.row_slots.items():
+        rec = snap.records[rid]
+        for slot in slots[rec.protected_len : rec.allocated_len]:
+            owners.setdefault(slot, []).append(f"request {rid}")
+    out = [f"slot {slot} is owned by {' and '.join(who)}" for slot, who in sorted(owners.items()) if len(who) > 1]
+    out += [f"slot {slot} is the padding slot" for slot in sorted(owners) if slot == 0]
+    return out
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("kv-presence", "holds_kv <=> kv_allocated_len > 0 (release_kv_cache's entry sentinel)",
+              ("req",), _kv_presence, _kv_presence_check),
+    Invariant("row-owner", "a record that holds a row names a real row that is not free and is its own",
+              ("req",), _row_owner, _row_owner_check),
+    Invariant("row-held-by-owner", "a handed-out row is named by exactly the live record that owns it",
+              ("row",), _row_held_by_owner, _row_held_check),
+    Invariant("row-exclusive", "no row is held by two live records",
+              ("req", "req"), _row_exclusive, _row_exclusive_check),
+    Invariant("record-domain", "a record's status is new, live or released and its lengths are non-negative",
+              ("req",), _record_domain, _record_domain_check),
+    Invariant("no-overallocation", "without speculative decoding a holding record has C == A",
+              ("req",), _no_overallocation, _no_overallocation_check),
+    Invariant("chunk-unprotected", "with a chunk cache (no tree) a holding record protects nothing: P == 0",
+              ("req",), _unprotected, _unprotected_check),
+    Invariant("length-order", "a holding record has 0 <= P <= C <= A <= row width",
+              ("req",), _length_order, _length_order_check),
+    Invariant("live-row-owned", "a live record's row is handed out and owned by that record",
+              ("req",), _live_row_owned, _live_row_owned_check),
+    Invariant("released-unallocated", "a released record has kv_allocated_len == 0 (mark_kv_released)",
+              ("req",), _released_unallocated, _released_unallocated_check),
+    Invariant("released-rowless", "a released record names no row (ReqToTokenPool.free cleared it)",
+              ("req",), _released_rowless, _released_rowless_check),
+    Invariant("never-admitted-empty", "a record never admitted has no row and zero lengths",
+              ("req",), _never_admitted_empty, _never_admitted_check),
+    Invariant("row-conservation", "free rows + held rows == pool rows; no row freed twice",
+              (), _row_conservation, _row_conservation_check),
+    Invariant("token-conservation", "free slots + sum over holding records of (A - P) == total slots",
+              (), _token_conservation, _token_conservation_check),
+    Invariant("slot-exclusive", "no slot is both free and owned, or owned by two records; slot 0 unused",
+              (), None, _slot_exclusive_check),
+)
+
+BY_ID = {inv.id: inv for inv in INVARIANTS}
+
+
+def check_snapshot(snap: SnapshotLike) -> list[tuple[str, str]]:
+    """Every violation on a snapshot as `(invariant id, message)`, in catalog order."""
+    return [(inv.id, msg) for inv in INVARIANTS for msg in inv.concrete(snap)]

@@ -1,0 +1,409 @@
+"""Whole-pool page ownership (invariants I4 and I5 of the lifecycle notes), checked from tensors alone.
+
+Every real page (1..num_pages) has exactly one holder: the free lists, the prefix tree, or one live request's
+own range `[P, A)`; row positions `[0, P)` map to tree pages, which the tree and any number of requests share.
+Three backends give identical findings: `oracle` (a plain loop over sets and dicts, the readable reference),
+`torch` (vectorized per-page counts) and `triton` (the per-page counts in one kernel pass, CUDA or interpreter).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+Owner = int | str  # a row id (its own range holds the page), "tree" or "free"
+
+PADDING_PAGE = "padding-page"  # page 0 referenced by a row position, the tree or the free lists
+OUT_OF_RANGE = "out-of-range"  # a page id outside 0..num_pages referenced anywhere
+UNALIGNED_PROTECTED = "unaligned-protected"  # P % page_size != 0; page is that of position P - 1
+DOUBLE_FREE = "double-free"  # the page occurs more than once in free_pages ∪ release_pages
+TREE_DUPLICATE = "tree-duplicate"  # the page occurs more than once in tree_pages
+OWNED_TWICE = "owned-twice"  # two live requests' own ranges hold the page
+OWNED_AND_FREE = "owned-and-free"
+TREE_AND_FREE = "tree-and-free"
+TREE_AND_OWNED = "tree-and-owned"
+PREFIX_NOT_TREE = "prefix-not-tree"  # a position in [0, P) maps to a page the tree does not hold
+LEAK = "leak"  # no holder at all
+
+BACKENDS = ("oracle", "torch", "triton")
+
+
+@dataclass(frozen=True)
+class PageSnapshot:
+    """What the page check reads: the row table (int32), live records and page lists (int64), pool sizes."""
+
+    req_to_token: torch.Tensor
+    live_rows: torch.Tensor
+    protected_lens: torch.Tensor
+    allocated_lens: torch.Tensor
+    free_pages: torch.Tensor
+    release_pages: torch.Tensor
+    tree_pages: torch.Tensor
+    num_pages: int
+    page_size: int
+
+    def to(self, device: str | torch.device) -> PageSnapshot:
+        """The same snapshot with every tensor on `device`."""
+        tensors = {name: getattr(self, name).to(device) for name in _TENSOR_FIELDS}
+        return PageSnapshot(**tensors, num_pages=self.num_pages, page_size=self.page_size)
+
+
+_TENSOR_FIELDS = (
+    "req_to_token",
+    "live_rows",
+    "protected_lens",
+    "allocated_lens",
+    "free_pages",
+    "release_pages",
+    "tree_pages",
+)
+
+
+@dataclass(frozen=True)
+class PageViolation:
+    """One finding: its kind, the page id, and who holds or uses the page (rows ascending, then tree, free).
+
+    For `prefix-not-tree` and `unaligned-protected` the owners are the rows whose prefix uses the page; for
+    every other kind they are all the page's holders, with multiplicity ("free" twice for a double free).
+    """
+
+    kind: str
+    page: int
+    owners: tuple[Owner, ...]
+
+
+@dataclass(frozen=True)
+class PageCheckResult:
+    """All violations, sorted by (page, kind), and the conservation counts in pages."""
+
+    violations: list[PageViolation]
+    num_pages: int
+    free_pages_count: int  # len(free_pages) + len(release_pages)
+    tree_pages_count: int  # len(tree_pages)
+    owned_pages_count: int  # Σ ceil(A / page_size) - ceil(P / page_size) over live requests
+
+    @property
+    def conservation_gap_pages(self) -> int:
+        """free + tree + owned - num_pages: positive after a double count, negative after a leak."""
+        return self.free_pages_count + self.tree_pages_count + self.owned_pages_count - self.num_pages
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.conservation_gap_pages == 0
+
+
+@dataclass(frozen=True)
+class PageStats:
+    """Per-page counts (int32, indexed by page id; entry 0 stays at its initial value) and stray references.
+
+    `own_lo` / `own_hi` are the smallest / largest live-entry index whose `[P, A)` maps to the page
+    (`len(live_rows)` / -1 when none): the page has two owners exactly when they differ.
+    """
+
+    free_count: torch.Tensor
+    tree_count: torch.Tensor
+    prefix_count: torch.Tensor
+    own_lo: torch.Tensor
+    own_hi: torch.Tensor
+    stray_refs: int  # references (row positions, list entries) to a page outside 1..num_pages
+
+
+def check_pages(snap: PageSnapshot, backend: str = "torch") -> PageCheckResult:
+    """Check page ownership of the whole pool with `backend` (one of `BACKENDS`)."""
+    validate(snap)
+    if backend == "oracle":
+        return _check_oracle(snap)
+    if backend == "torch":
+        refs = gather_refs(snap)
+        return _check_from_stats(snap, torch_page_stats(snap, refs), lambda: refs)
+    if backend == "triton":
+        # Imported here: the kernel module's @triton.jit reads TRITON_INTERPRET when it is first imported.
+        from properties.page_check_triton import triton_page_stats
+
+        return _check_from_stats(snap, triton_page_stats(snap), lambda: gather_refs(snap))
+    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def validate(snap: PageSnapshot) -> None:
+    """Raise ValueError unless the snapshot is well formed (dtypes, shapes, 1 <= row, 0 <= P <= A <= width)."""
+    table = snap.req_to_token
+    _require(table.dim() == 2 and table.dtype == torch.int32, "req_to_token must be a 2-D int32 tensor")
+    _require(table.is_contiguous(), "req_to_token must be contiguous")
+    for name in _TENSOR_FIELDS[1:]:
+        tensor = getattr(snap, name)
+        _require(tensor.dim() == 1 and tensor.dtype == torch.int64, f"{name} must be a 1-D int64 tensor")
+        _require(tensor.device == table.device, f"{name} is on {tensor.device}, req_to_token on {table.device}")
+    live = snap.live_rows.numel()
+    same_len = snap.protected_lens.numel() == live and snap.allocated_lens.numel() == live
+    _require(same_len, "live_rows, protected_lens and allocated_lens must have one entry per live request")
+    _require(snap.page_size >= 1 and snap.num_pages >= 0, "page_size must be >= 1 and num_pages >= 0")
+    if live:
+        rows, width = table.shape
+        # Record invariants I2/I3 are checked elsewhere; without them no row range can be read.
+        _require(bool((snap.live_rows >= 1).all() & (snap.live_rows < rows).all()), "a live row is not in 1..rows")
+        lens_ok = (snap.protected_lens >= 0) & (snap.protected_lens <= snap.allocated_lens)
+        _require(bool((lens_ok & (snap.allocated_lens <= width)).all()), "a live record breaks 0 <= P <= A <= width")
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+# -- oracle: a plain loop, sets and dicts ------------------------------------------------------------------
+
+
+def _check_oracle(snap: PageSnapshot) -> PageCheckResult:
+    n = snap.num_pages
+    free_count = Counter(snap.free_pages.tolist() + snap.release_pages.tolist())
+    tree_count = Counter(snap.tree_pages.tolist())
+    rows = _OracleRows(snap)
+    violations = [PageViolation(UNALIGNED_PROTECTED, page, tuple(sorted(who))) for page, who in rows.unaligned.items()]
+    for page in range(1, n + 1):
+        owning, tree, free = rows.own.get(page, []), tree_count[page], free_count[page]
+        holders = _holders(owning, tree, free)
+        violations += [PageViolation(kind, page, holders) for kind in _oracle_kinds(len(owning), tree, free)]
+        if page in rows.prefix and not tree:
+            violations.append(PageViolation(PREFIX_NOT_TREE, page, tuple(sorted(rows.prefix[page]))))
+    for page in {*free_count, *tree_count, *rows.stray} - set(range(1, n + 1)):
+        owners = _holders(rows.stray.get(page, []), tree_count[page], free_count[page])
+        violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
+    ps = snap.page_size
+    lens = zip(snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
+    owned = sum(-(-allocated // ps) - -(-protected // ps) for protected, allocated in lens)
+    return _result(snap, violations, owned)
+
+
+class _OracleRows:
+    """Each live row read once into sets of pages: who owns, who uses as prefix, who names a stray page."""
+
+    def __init__(self, snap: PageSnapshot):
+        ps, n = snap.page_size, snap.num_pages
+        self.own: dict[int, list[int]] = defaultdict(list)
+        self.prefix: dict[int, list[int]] = defaultdict(list)
+        self.stray: dict[int, list[int]] = defaultdict(list)
+        self.unaligned: dict[int, list[int]] = defaultdict(list)
+        records = zip(snap.live_rows.tolist(), snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
+        for row, protected, allocated in records:
+            slots = snap.req_to_token[row, :allocated].tolist()
+            own = {slot // ps for slot in slots[protected:]}
+            prefix = {slot // ps for slot in slots[:protected]}
+            for page in own:
+                self.own[page].append(row)
+            for page in prefix:
+                self.prefix[page].append(row)
+            for page in own | prefix:
+                if not 1 <= page <= n:
+                    self.stray[page].append(row)
+            if protected % ps:
+                self.unaligned[slots[protected - 1] // ps].append(row)
+
+
+def _oracle_kinds(own: int, tree: int, free: int) -> list[str]:
+    """The holder kinds of one real page with `own` owning requests, `tree` tree and `free` free entries."""
+    pairs = [
+        (free > 1, DOUBLE_FREE),
+        (tree > 1, TREE_DUPLICATE),
+        (own > 1, OWNED_TWICE),
+        (own > 0 and free > 0, OWNED_AND_FREE),
+        (tree > 0 and free > 0, TREE_AND_FREE),
+        (tree > 0 and own > 0, TREE_AND_OWNED),
+        (own + tree + free == 0, LEAK),
+    ]
+    return [kind for broken, kind in pairs if broken]
+
+
+# -- torch: per-page counts over gathered references --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refs:
+    """Every row reference of the live requests: page id and live-entry index of each position."""
+
+    own_pages: torch.Tensor  # positions [P, A)
+    own_entries: torch.Tensor
+    prefix_pages: torch.Tensor  # positions [0, P)
+    prefix_entries: torch.Tensor
+
+
+def gather_refs(snap: PageSnapshot) -> Refs:
+    """Gather the page of every position `[0, A)` of every live row, as flat tensors (no loop over rows)."""
+    zeros = torch.zeros_like(snap.protected_lens)
+    own_pages, own_entries = _ragged_pages(snap, snap.protected_lens, snap.allocated_lens)
+    prefix_pages, prefix_entries = _ragged_pages(snap, zeros, snap.protected_lens)
+    return Refs(own_pages, own_entries, prefix_pages, prefix_entries)
+
+
+def _ragged_pages(snap: PageSnapshot, start: torch.Tensor, end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pages of positions `[start_i, end_i)` of each live row i, and i for each, concatenated over i."""
+    device = start.device
+    lens = end - start
+    total = int(lens.sum())
+    entries = torch.repeat_interleave(torch.arange(lens.numel(), device=device), lens, output_size=total)
+    first = torch.cumsum(lens, 0) - lens
+    # Position start_i + k of row r sits at flat index r * width + start_i + k, where k = j - first_i.
+    shift = snap.live_rows * snap.req_to_token.shape[1] + start - first
+    flat = torch.arange(total, device=device) + shift[entries]
+    slots = snap.req_to_token.view(-1)[flat]
+    return torch.div(slots, snap.page_size, rounding_mode="floor").long(), entries
+
+
+def torch_page_stats(snap: PageSnapshot, refs: Refs) -> PageStats:
+    """Per-page counts from gathered references: bincounts and scatter min/max, no Python loop."""
+    n, live = snap.num_pages, snap.live_rows.numel()
+    free_index, free_strays = _real_index(torch.cat((snap.free_pages, snap.release_pages)), n)
+    tree_index, tree_strays = _real_index(snap.tree_pages, n)
+    prefix_index, prefix_strays = _real_index(refs.prefix_pages, n)
+    own_index, own_strays = _real_index(refs.own_pages, n)
+    entries = refs.own_entries.int()
+    own_lo = torch.full((n + 1,), live, dtype=torch.int32, device=entries.device)
+    own_hi = torch.full_like(own_lo, -1)
+    own_lo.scatter_reduce_(0, own_index, entries, reduce="amin")
+    own_hi.scatter_reduce_(0, own_index, entries, reduce="amax")
+    # Index 0 collected every stray reference above; put it back to its initial value.
+    own_lo[0], own_hi[0] = live, -1
+    return PageStats(
+        free_count=_bincount(free_index, n),
+        tree_count=_bincount(tree_index, n),
+        prefix_count=_bincount(prefix_index, n),
+        own_lo=own_lo,
+        own_hi=own_hi,
+        stray_refs=free_strays + tree_strays + prefix_strays + own_strays,
+    )
+
+
+def _real_index(pages: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
+    """`pages` with every id outside 1..n sent to 0, and how many were."""
+    real = (pages >= 1) & (pages <= n)
+    return torch.where(real, pages, 0), int(real.numel() - real.sum())
+
+
+def _bincount(index: torch.Tensor, n: int) -> torch.Tensor:
+    counts = torch.bincount(index, minlength=n + 1).int()
+    counts[0] = 0
+    return counts
+
+
+# -- findings from per-page counts (torch and triton backends) ---------------------------------------------
+
+
+def _check_from_stats(snap: PageSnapshot, stats: PageStats, refs_of: Callable[[], Refs]) -> PageCheckResult:
+    """Name every violation the counts flag; row references are gathered only when some owner must be named."""
+    flags = _page_flags(stats)
+    owned = stats.own_hi >= 0
+    holder_kinds = [mask for kind, mask in flags.items() if kind not in (LEAK, PREFIX_NOT_TREE)]
+    own_lookup = owned & torch.stack(holder_kinds).any(0)
+    prefix_lookup = flags[PREFIX_NOT_TREE]
+    needs_refs = bool(own_lookup.any() or prefix_lookup.any()) or stats.stray_refs > 0
+    refs = refs_of() if needs_refs else None
+    own_rows = _rows_by_page(snap, refs.own_pages, refs.own_entries, own_lookup) if refs else {}
+    prefix_rows = _rows_by_page(snap, refs.prefix_pages, refs.prefix_entries, prefix_lookup) if refs else {}
+    violations = _unaligned_violations(snap)
+    for kind, mask in flags.items():
+        pages = mask.nonzero().flatten()
+        trees, frees = stats.tree_count[pages].tolist(), stats.free_count[pages].tolist()
+        for page, tree, free in zip(pages.tolist(), trees, frees, strict=True):
+            if kind == PREFIX_NOT_TREE:
+                violations.append(PageViolation(kind, page, _holders(prefix_rows.get(page, []), 0, 0)))
+            else:
+                violations.append(PageViolation(kind, page, _holders(own_rows.get(page, []), tree, free)))
+    if refs is not None and stats.stray_refs:
+        violations += _stray_violations(snap, refs)
+    return _result(snap, violations, _owned_pages(snap))
+
+
+def _page_flags(stats: PageStats) -> dict[str, torch.Tensor]:
+    """One mask over page ids per kind of holder conflict (entry 0, the padding page, never set)."""
+    free, tree = stats.free_count, stats.tree_count
+    owned = stats.own_hi >= 0
+    real = torch.ones_like(owned)
+    real[0] = False
+    flags = {
+        DOUBLE_FREE: free > 1,
+        TREE_DUPLICATE: tree > 1,
+        OWNED_TWICE: owned & (stats.own_lo != stats.own_hi),
+        OWNED_AND_FREE: owned & (free > 0),
+        TREE_AND_FREE: (tree > 0) & (free > 0),
+        TREE_AND_OWNED: (tree > 0) & owned,
+        PREFIX_NOT_TREE: (stats.prefix_count > 0) & (tree == 0),
+        LEAK: ~owned & (tree == 0) & (free == 0),
+    }
+    return {kind: mask & real for kind, mask in flags.items()}
+
+
+def _rows_by_page(
+    snap: PageSnapshot, pages: torch.Tensor, entries: torch.Tensor, wanted: torch.Tensor
+) -> dict[int, list[int]]:
+    """For each wanted page, the rows of the live entries that reference it (one per entry)."""
+    real = (pages >= 1) & (pages <= snap.num_pages)
+    hit = real & wanted[torch.where(real, pages, 0)]
+    return _group_rows(snap, pages[hit], entries[hit])
+
+
+def _group_rows(snap: PageSnapshot, pages: torch.Tensor, entries: torch.Tensor) -> dict[int, list[int]]:
+    pairs = torch.unique(torch.stack((pages, entries), dim=1), dim=0)
+    grouped: dict[int, list[int]] = defaultdict(list)
+    for page, row in zip(pairs[:, 0].tolist(), snap.live_rows[pairs[:, 1]].tolist(), strict=True):
+        grouped[page].append(row)
+    return grouped
+
+
+def _stray_violations(snap: PageSnapshot, refs: Refs) -> list[PageViolation]:
+    """Every page id outside 1..num_pages that a row position, the tree or the free lists references."""
+    n = snap.num_pages
+    pages = torch.cat((refs.own_pages, refs.prefix_pages))
+    entries = torch.cat((refs.own_entries, refs.prefix_entries))
+    stray = (pages < 1) | (pages > n)
+    rows = _group_rows(snap, pages[stray], entries[stray])
+    frees = Counter(_strays(torch.cat((snap.free_pages, snap.release_pages)), n))
+    trees = Counter(_strays(snap.tree_pages, n))
+    violations = []
+    for page in {*rows, *frees, *trees}:
+        owners = _holders(rows.get(page, []), trees[page], frees[page])
+        violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
+    return violations
+
+
+def _strays(pages: torch.Tensor, n: int) -> list[int]:
+    return pages[(pages < 1) | (pages > n)].tolist()
+
+
+def _unaligned_violations(snap: PageSnapshot) -> list[PageViolation]:
+    """Live requests whose P is not page-aligned, grouped by the page of position P - 1."""
+    bad = snap.protected_lens % snap.page_size != 0
+    rows = snap.live_rows[bad]
+    slots = snap.req_to_token[rows, snap.protected_lens[bad] - 1].long()
+    grouped: dict[int, list[int]] = defaultdict(list)
+    for page, row in zip(torch.div(slots, snap.page_size, rounding_mode="floor").tolist(), rows.tolist(), strict=True):
+        grouped[page].append(row)
+    return [PageViolation(UNALIGNED_PROTECTED, page, tuple(sorted(rows))) for page, rows in grouped.items()]
+
+
+def _owned_pages(snap: PageSnapshot) -> int:
+    ps = snap.page_size
+    return int((_ceil_div(snap.allocated_lens, ps) - _ceil_div(snap.protected_lens, ps)).sum())
+
+
+def _ceil_div(values: torch.Tensor, divisor: int) -> torch.Tensor:
+    return torch.div(values + divisor - 1, divisor, rounding_mode="floor")
+
+
+# -- shared by every backend ---------------------------------------------------------------------------------
+
+
+def _holders(rows: Iterable[int], tree: int, free: int) -> tuple[Owner, ...]:
+    return (*sorted(rows), *["tree"] * tree, *["free"] * free)
+
+
+def _result(snap: PageSnapshot, violations: list[PageViolation], owned_pages: int) -> PageCheckResult:
+    violations.sort(key=lambda v: (v.page, v.kind))
+    return PageCheckResult(
+        violations=violations,
+        num_pages=snap.num_pages,
+        free_pages_count=snap.free_pages.numel() + snap.release_pages.numel(),
+        tree_pages_count=snap.tree_pages.numel(),
+        owned_pages_count=owned_pages,
+    )

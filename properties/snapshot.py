@@ -1,0 +1,53 @@
+"""What properties/ reads from a target: a pool snapshot, described structurally (targets never import us)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class RecordLike(Protocol):
+    """One request's record and scheduler status."""
+
+    @property
+    def row(self) -> int | None: ...
+    @property
+    def protected_len(self) -> int: ...
+    @property
+    def committed_len(self) -> int: ...
+    @property
+    def allocated_len(self) -> int: ...
+    @property
+    def inflight_middle_chunks(self) -> int: ...
+    @property
+    def status(self) -> str: ...
+
+
+class SnapshotLike(Protocol):
+    """A pool after a step: sizes, free rows, records, and each holding record's row slots `[0, A)`."""
+
+    @property
+    def rows_total(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def tokens_total(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def free_rows(self) -> list[int]: ...
+    @property
+    def records(self) -> dict[int, RecordLike]: ...
+    @property
+    def row_slots(self) -> dict[int, list[int]]: ...
+    @property
+    def free_slots(self) -> torch.Tensor: ...
+    @property
+    def release_slots(self) -> torch.Tensor: ...
+
+
+# Scheduler statuses as targets report them, and the model's status codes for each.
+STATUS_NEW, STATUS_LIVE, STATUS_DONE = 0, 1, 2
+STATUS_CODES = {"waiting": STATUS_NEW, "running": STATUS_LIVE, "finished": STATUS_DONE}
+STATUS_NAMES = {STATUS_NEW: "new", STATUS_LIVE: "live", STATUS_DONE: "released"}
