@@ -107,6 +107,8 @@ class ReferencePool:
     def extend(self, rid: int, extend_len: int) -> int:
         """The next extend of an existing request: keeps its row (chunk continuation) or takes a new one."""
         req = self._get(rid)
+        if req.kv.holds_kv and req.status is ReqStatus.DECODING:
+            raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
         self._check_extend_capacity(req, extend_len)
         return self._alloc_for_extend(req, extend_len)
 
@@ -125,6 +127,7 @@ class ReferencePool:
         self.req_to_token_pool.write(kv.req_pool_idx, kv.kv_committed_len, out)
         kv.kv_allocated_len += 1
         kv.kv_committed_len += 1
+        req.status = ReqStatus.DECODING
 
     def finish(self, rid: int) -> None:
         """The request finished: `release_kv_cache(req, cache, is_insert=True)`."""
@@ -205,7 +208,7 @@ class ReferencePool:
 
     def _running(self, rid: int) -> Req:
         req = self._get(rid)
-        if req.status is not ReqStatus.RUNNING:
+        if req.status not in (ReqStatus.RUNNING, ReqStatus.DECODING):
             raise Refused(f"request {rid} is {req.status.value}, not running")
         return req
 

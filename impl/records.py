@@ -35,6 +35,7 @@ class ReqStatus(enum.Enum):
 
     WAITING = "waiting"
     RUNNING = "running"
+    DECODING = "decoding"
     FINISHED = "finished"
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from model.interp import PyOps
 from model.state import NO_OWNER, Sizes, State
-from properties.invariants import holds, row_free
-from properties.snapshot import STATUS_DONE, STATUS_LIVE, STATUS_NEW
+from properties.invariants import holds, live_status, row_free
+from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_NEW, STATUS_PREFILL
 
 Args = dict[str, Any]
 Fn = Callable[[Any, Sizes, State, Args], Any]
@@ -84,7 +84,7 @@ def _releasable(o: Any, s: State, req: Any) -> Any:
 
 
 def _running(o: Any, s: State, req: Any) -> Any:
-    return _sel(o, s, "rec_status", req) == STATUS_LIVE
+    return live_status(o, _sel(o, s, "rec_status", req))
 
 
 # -- updates shared by several actions --------------------------------------------------------------------
@@ -93,7 +93,7 @@ def _running(o: Any, s: State, req: Any) -> Any:
 def _take_row(o: Any, s: State, req: Any, row: Any, n: Any) -> State:
     """Hand `row` to `req` and give it `n` fresh slots from position 0."""
     s = _set(o, s, row, row_held=True, row_owner=req, row_gen=_sel(o, s, "row_gen", row) + 1)
-    s = _set(o, s, req, rec_status=STATUS_LIVE, rec_row=row, rec_P=0, rec_C=n, rec_A=n, rec_inflight=0)
+    s = _set(o, s, req, rec_status=STATUS_PREFILL, rec_row=row, rec_P=0, rec_C=n, rec_A=n, rec_inflight=0)
     return s.but(
         n_free_rows=s.n_free_rows - 1,
         n_held_rows=s.n_held_rows + 1,
@@ -105,7 +105,7 @@ def _take_row(o: Any, s: State, req: Any, row: Any, n: Any) -> State:
 def _grow(o: Any, s: State, req: Any, n: Any) -> State:
     """Extend a holding record in place by `n` committed and allocated slots."""
     C = _sel(o, s, "rec_C", req)
-    s = _set(o, s, req, rec_status=STATUS_LIVE, rec_C=C + n, rec_A=C + n)
+    s = _set(o, s, req, rec_status=STATUS_PREFILL, rec_C=C + n, rec_A=C + n)
     return s.but(n_free_slots=s.n_free_slots - n, owned_slots=s.owned_slots + n)
 
 
@@ -150,7 +150,10 @@ def _extend_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
     def enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
         req, n = a["req"], a["n"]
         admitted = o.And(req >= 0, _sel(o, s, "rec_status", req) != STATUS_NEW)
-        reuse = o.And(reuse_ok(o, s, req), _sel(o, s, "rec_C", req) + n <= p.width)
+        # The pool's reuse guard alone judges a record that names a row (a chunk continuation, or a released
+        # record re-admitted); the scheduler only keeps decoding requests from extending again.
+        not_decoding = _sel(o, s, "rec_status", req) != STATUS_DECODE
+        reuse = o.And(not_decoding, reuse_ok(o, s, req), _sel(o, s, "rec_C", req) + n <= p.width)
         fresh = o.And(s.n_free_rows > 0, n <= p.width)
         return o.And(admitted, _slots_ok(o, s, n), o.If(holds(o, s, req), reuse, fresh))
 
@@ -182,7 +185,8 @@ def _decode_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
 
 def _decode_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     req = a["req"]
-    s = _set(o, s, req, rec_C=_sel(o, s, "rec_C", req) + 1, rec_A=_sel(o, s, "rec_A", req) + 1)
+    C, A = _sel(o, s, "rec_C", req), _sel(o, s, "rec_A", req)
+    s = _set(o, s, req, rec_C=C + 1, rec_A=A + 1, rec_status=STATUS_DECODE)
     return s.but(n_free_slots=s.n_free_slots - 1, owned_slots=s.owned_slots + 1)
 
 
@@ -237,7 +241,7 @@ def _reuse_released_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
 def _reuse_released_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     req, n = a["req"], a["n"]
     C, P = _sel(o, s, "rec_C", req), _sel(o, s, "rec_P", req)
-    s = _set(o, s, req, rec_row=a["row"], rec_status=STATUS_LIVE, rec_A=C + n, rec_C=C + n)
+    s = _set(o, s, req, rec_row=a["row"], rec_status=STATUS_PREFILL, rec_A=C + n, rec_C=C + n)
     return s.but(n_free_slots=s.n_free_slots - n, owned_slots=s.owned_slots + C + n - P)
 
 

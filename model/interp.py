@@ -25,7 +25,7 @@ class Arr:
         items[key] = value
         return Arr(self.default, items)
 
-    def keys(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.items)
 
     def __eq__(self, other: object) -> bool:

@@ -17,7 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from properties.snapshot import STATUS_CODES, STATUS_DONE, STATUS_LIVE, STATUS_NEW, SnapshotLike
+from properties.snapshot import (
+    LIVE_STATUSES,
+    STATUS_CODES,
+    STATUS_DECODE,
+    STATUS_DONE,
+    STATUS_NEW,
+    STATUS_PREFILL,
+    SnapshotLike,
+)
 
 Term = Any
 
@@ -32,8 +40,13 @@ def row_free(o: Any, p: Any, s: Any, r: Term) -> Term:
     return o.And(r >= 1, r <= p.rows, o.Not(o.select(s.row_held, r)))
 
 
+def live_status(o: Any, status: Term) -> Term:
+    """The scheduler runs the request: in prefill (between chunks included) or decoding."""
+    return o.Or(status == STATUS_PREFILL, status == STATUS_DECODE)
+
+
 def live(o: Any, s: Any, i: Term) -> Term:
-    return o.And(o.select(s.rec_status, i) == STATUS_LIVE, holds(o, s, i))
+    return o.And(live_status(o, o.select(s.rec_status, i)), holds(o, s, i))
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,7 @@ def _row_owner_check(snap: SnapshotLike) -> list[str]:
 
 def _row_held_by_owner(o: Any, p: Any, s: Any, r: Term) -> Term:
     owner = o.select(s.row_owner, r)
-    back = o.And(owner >= 0, o.select(s.rec_row, owner) == r, o.select(s.rec_status, owner) == STATUS_LIVE)
+    back = o.And(owner >= 0, o.select(s.rec_row, owner) == r, live_status(o, o.select(s.rec_status, owner)))
     return o.Implies(o.select(s.row_held, r), o.And(r >= 1, r <= p.rows, back))
 
 
@@ -99,7 +112,7 @@ def _row_held_check(snap: SnapshotLike) -> list[str]:
         claimants = [rid for rid, rec in snap.records.items() if rec.row == row]
         if not claimants:
             out.append(f"row {row} is neither free nor held by any request (leaked)")
-        elif not any(STATUS_CODES.get(snap.records[rid].status) == STATUS_LIVE for rid in claimants):
+        elif not any(STATUS_CODES.get(snap.records[rid].status) in LIVE_STATUSES for rid in claimants):
             out.append(f"row {row} is held only by requests {claimants} that are not live")
     return out
 
@@ -112,7 +125,7 @@ def _row_exclusive(o: Any, p: Any, s: Any, i: Term, j: Term) -> Term:
 def _row_exclusive_check(snap: SnapshotLike) -> list[str]:
     by_row: dict[int, list[int]] = {}
     for rid, rec in snap.records.items():
-        if rec.row is not None and STATUS_CODES.get(rec.status) == STATUS_LIVE:
+        if rec.row is not None and STATUS_CODES.get(rec.status) in LIVE_STATUSES:
             by_row.setdefault(rec.row, []).append(rid)
     return [
         f"row {row} is held by live requests {', '.join(map(str, rids))}"
@@ -165,12 +178,12 @@ def _live_row_owned(o: Any, p: Any, s: Any, i: Term) -> Term:
 
 
 def _live_row_owned_check(snap: SnapshotLike) -> list[str]:
-    return _row_problems(snap, {STATUS_LIVE})
+    return _row_problems(snap, set(LIVE_STATUSES))
 
 
 def _record_domain(o: Any, p: Any, s: Any, i: Term) -> Term:
     status = o.select(s.rec_status, i)
-    known = o.Or(status == STATUS_NEW, status == STATUS_LIVE, status == STATUS_DONE)
+    known = o.Or(status == STATUS_NEW, live_status(o, status), status == STATUS_DONE)
     lengths = [o.select(a, i) >= 0 for a in (s.rec_P, s.rec_C, s.rec_A, s.rec_inflight)]
     return o.And(known, *lengths)
 

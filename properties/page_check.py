@@ -164,11 +164,12 @@ def _check_oracle(snap: PageSnapshot) -> PageCheckResult:
     violations = [PageViolation(UNALIGNED_PROTECTED, page, tuple(sorted(who))) for page, who in rows.unaligned.items()]
     for page in range(1, n + 1):
         owning, tree, free = rows.own.get(page, []), tree_count[page], free_count[page]
-        holders = _holders(owning, tree, free)
-        violations += [PageViolation(kind, page, holders) for kind in _oracle_kinds(len(owning), tree, free)]
+        if len(owning) + tree + free != 1:  # exactly one holder is the only legal state of a real page
+            holders = _holders(owning, tree, free)
+            violations += [PageViolation(kind, page, holders) for kind in _oracle_kinds(len(owning), tree, free)]
         if page in rows.prefix and not tree:
             violations.append(PageViolation(PREFIX_NOT_TREE, page, tuple(sorted(rows.prefix[page]))))
-    for page in {*free_count, *tree_count, *rows.stray} - set(range(1, n + 1)):
+    for page in {page for page in (*free_count, *tree_count, *rows.stray) if not 1 <= page <= n}:
         owners = _holders(rows.stray.get(page, []), tree_count[page], free_count[page])
         violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
     ps = snap.page_size
@@ -247,8 +248,9 @@ def _ragged_pages(snap: PageSnapshot, start: torch.Tensor, end: torch.Tensor) ->
     # Position start_i + k of row r sits at flat index r * width + start_i + k, where k = j - first_i.
     shift = snap.live_rows * snap.req_to_token.shape[1] + start - first
     flat = torch.arange(total, device=device) + shift[entries]
-    slots = snap.req_to_token.view(-1)[flat]
-    return torch.div(slots, snap.page_size, rounding_mode="floor").long(), entries
+    slots = torch.take(snap.req_to_token, flat).long()
+    pages = slots if snap.page_size == 1 else torch.div(slots, snap.page_size, rounding_mode="floor")
+    return pages, entries
 
 
 def torch_page_stats(snap: PageSnapshot, refs: Refs) -> PageStats:
@@ -277,6 +279,11 @@ def torch_page_stats(snap: PageSnapshot, refs: Refs) -> PageStats:
 
 def _real_index(pages: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
     """`pages` with every id outside 1..n sent to 0, and how many were."""
+    if pages.numel() == 0:
+        return pages, 0
+    low, high = torch.aminmax(pages)
+    if int(low) >= 1 and int(high) <= n:
+        return pages, 0  # the common case, one pass: a consistent pool has no stray page
     real = (pages >= 1) & (pages <= n)
     return torch.where(real, pages, 0), int(real.numel() - real.sum())
 
@@ -291,53 +298,65 @@ def _bincount(index: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _check_from_stats(snap: PageSnapshot, stats: PageStats, refs_of: Callable[[], Refs]) -> PageCheckResult:
-    """Name every violation the counts flag; row references are gathered only when some owner must be named."""
-    flags = _page_flags(stats)
-    owned = stats.own_hi >= 0
-    holder_kinds = [mask for kind, mask in flags.items() if kind not in (LEAK, PREFIX_NOT_TREE)]
-    own_lookup = owned & torch.stack(holder_kinds).any(0)
-    prefix_lookup = flags[PREFIX_NOT_TREE]
-    needs_refs = bool(own_lookup.any() or prefix_lookup.any()) or stats.stray_refs > 0
-    refs = refs_of() if needs_refs else None
-    own_rows = _rows_by_page(snap, refs.own_pages, refs.own_entries, own_lookup) if refs else {}
-    prefix_rows = _rows_by_page(snap, refs.prefix_pages, refs.prefix_entries, prefix_lookup) if refs else {}
+    """Name the violations the counts flag; row references are gathered only when some page is suspect."""
+    suspects = _suspect_pages(stats)
     violations = _unaligned_violations(snap)
-    for kind, mask in flags.items():
-        pages = mask.nonzero().flatten()
-        trees, frees = stats.tree_count[pages].tolist(), stats.free_count[pages].tolist()
-        for page, tree, free in zip(pages.tolist(), trees, frees, strict=True):
-            if kind == PREFIX_NOT_TREE:
-                violations.append(PageViolation(kind, page, _holders(prefix_rows.get(page, []), 0, 0)))
-            else:
-                violations.append(PageViolation(kind, page, _holders(own_rows.get(page, []), tree, free)))
-    if refs is not None and stats.stray_refs:
-        violations += _stray_violations(snap, refs)
+    if suspects.numel() or stats.stray_refs:
+        violations += _named_violations(snap, stats, suspects, refs_of())
     return _result(snap, violations, _owned_pages(snap))
 
 
-def _page_flags(stats: PageStats) -> dict[str, torch.Tensor]:
-    """One mask over page ids per kind of holder conflict (entry 0, the padding page, never set)."""
-    free, tree = stats.free_count, stats.tree_count
-    owned = stats.own_hi >= 0
-    real = torch.ones_like(owned)
-    real[0] = False
-    flags = {
+def _suspect_pages(stats: PageStats) -> torch.Tensor:
+    """Real pages without exactly one holder, or used as a prefix but not held by the tree (few passes)."""
+    owned = (stats.own_hi >= 0).int()
+    shared = (stats.own_lo < stats.own_hi).int()  # the sentinels (len(live), -1) compare greater
+    holders = stats.free_count + stats.tree_count + owned + shared
+    suspect = (holders != 1) | ((stats.prefix_count > 0) & (stats.tree_count == 0))
+    suspect[0] = False  # the padding page has its own kind, reported from stray references
+    return suspect.nonzero().flatten()
+
+
+def _named_violations(snap: PageSnapshot, stats: PageStats, pages: torch.Tensor, refs: Refs) -> list[PageViolation]:
+    """The violations on suspect `pages`, each with its holders (or prefix users) named, and the stray pages."""
+    free, tree = stats.free_count[pages], stats.tree_count[pages]
+    lo, hi = stats.own_lo[pages], stats.own_hi[pages]
+    flags = _page_flags(free, tree, hi >= 0, lo < hi, stats.prefix_count[pages] > 0)
+    own_rows = _rows_by_page(snap, refs.own_pages, refs.own_entries, pages[hi >= 0])
+    prefix_rows = _rows_by_page(snap, refs.prefix_pages, refs.prefix_entries, pages[flags[PREFIX_NOT_TREE]])
+    violations = []
+    for kind, mask in flags.items():
+        for page, trees, frees in zip(pages[mask].tolist(), tree[mask].tolist(), free[mask].tolist(), strict=True):
+            if kind == PREFIX_NOT_TREE:
+                violations.append(PageViolation(kind, page, _holders(prefix_rows.get(page, []), 0, 0)))
+            else:
+                violations.append(PageViolation(kind, page, _holders(own_rows.get(page, []), trees, frees)))
+    if stats.stray_refs:
+        violations += _stray_violations(snap, refs)
+    return violations
+
+
+def _page_flags(
+    free: torch.Tensor, tree: torch.Tensor, owned: torch.Tensor, shared: torch.Tensor, prefixed: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """One mask per kind of conflict, over pages given by their free, tree and owner counts."""
+    return {
         DOUBLE_FREE: free > 1,
         TREE_DUPLICATE: tree > 1,
-        OWNED_TWICE: owned & (stats.own_lo != stats.own_hi),
+        OWNED_TWICE: shared,
         OWNED_AND_FREE: owned & (free > 0),
         TREE_AND_FREE: (tree > 0) & (free > 0),
         TREE_AND_OWNED: (tree > 0) & owned,
-        PREFIX_NOT_TREE: (stats.prefix_count > 0) & (tree == 0),
+        PREFIX_NOT_TREE: prefixed & (tree == 0),
         LEAK: ~owned & (tree == 0) & (free == 0),
     }
-    return {kind: mask & real for kind, mask in flags.items()}
 
 
 def _rows_by_page(
-    snap: PageSnapshot, pages: torch.Tensor, entries: torch.Tensor, wanted: torch.Tensor
+    snap: PageSnapshot, pages: torch.Tensor, entries: torch.Tensor, wanted_pages: torch.Tensor
 ) -> dict[int, list[int]]:
-    """For each wanted page, the rows of the live entries that reference it (one per entry)."""
+    """For each of `wanted_pages` (real pages), the rows of the live entries that reference it (one per entry)."""
+    wanted = torch.zeros(snap.num_pages + 1, dtype=torch.bool, device=pages.device)
+    wanted[wanted_pages] = True
     real = (pages >= 1) & (pages <= snap.num_pages)
     hit = real & wanted[torch.where(real, pages, 0)]
     return _group_rows(snap, pages[hit], entries[hit])

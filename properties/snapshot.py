@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import torch
@@ -38,9 +39,9 @@ class SnapshotLike(Protocol):
     @property
     def free_rows(self) -> list[int]: ...
     @property
-    def records(self) -> dict[int, RecordLike]: ...
+    def records(self) -> Mapping[int, RecordLike]: ...
     @property
-    def row_slots(self) -> dict[int, list[int]]: ...
+    def row_slots(self) -> Mapping[int, list[int]]: ...
     @property
     def free_slots(self) -> torch.Tensor: ...
     @property
@@ -48,6 +49,8 @@ class SnapshotLike(Protocol):
 
 
 # Scheduler statuses as targets report them, and the model's status codes for each.
-STATUS_NEW, STATUS_LIVE, STATUS_DONE = 0, 1, 2
-STATUS_CODES = {"waiting": STATUS_NEW, "running": STATUS_LIVE, "finished": STATUS_DONE}
-STATUS_NAMES = {STATUS_NEW: "new", STATUS_LIVE: "live", STATUS_DONE: "released"}
+# A live request is in prefill (possibly between chunks) or decoding; only prefill extends again.
+STATUS_NEW, STATUS_PREFILL, STATUS_DONE, STATUS_DECODE = 0, 1, 2, 3
+STATUS_CODES = {"waiting": STATUS_NEW, "running": STATUS_PREFILL, "finished": STATUS_DONE, "decoding": STATUS_DECODE}
+STATUS_NAMES = {STATUS_NEW: "new", STATUS_PREFILL: "prefill", STATUS_DONE: "released", STATUS_DECODE: "decoding"}
+LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})

@@ -1,0 +1,94 @@
+"""`python -m fuzz`: lockstep fuzzing runs and counterexample replay.
+
+  run     exit 0: nothing found; 1: a counterexample was found and written; 2: bad usage
+  replay  exit 1: the trace fails on the pool; 0: it does not; 2: not a valid trace (reason on one line)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fuzz.profiles import DEFAULT_POOL, PROFILES
+from fuzz.replay import load_trace, replay, verdict
+from fuzz.run import run
+from impl.faults import FAULTS
+from model.trace import TraceError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    return _replay(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fuzz")
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="fuzz the reference pool in lockstep with the model")
+    r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
+    r.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
+                   help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}")
+    r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
+    r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
+    r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
+    p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
+    p.add_argument("file", type=Path)
+    p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")
+    p.add_argument("--verbose", action="store_true", help="print the model state after each step")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    profile = PROFILES[args.profile]
+    seed = args.seed
+    if seed is None and not profile.derandomize:
+        seed = int.from_bytes(__import__("os").urandom(4), "little")
+    config = {**DEFAULT_POOL, "faults": sorted(set(args.fault))}
+    print(f"fuzz run: profile {profile.name}, seed {seed if seed is not None else 'derandomized'}, "
+          f"faults {', '.join(args.fault) or 'none'}", flush=True)
+    print(f"  pool: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
+          f"page size {config['page_size']}, {config['cache']} cache, {config['device']}", flush=True)
+    result = run(config, profile, seed, args.out, args.db)
+    rate = result.steps / result.seconds if result.seconds > 0 else 0.0
+    print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
+    if result.counterexample is None:
+        print("fuzz run: nothing found")
+        return 0
+    print(f"fuzz run: counterexample found: {result.failure_text}")
+    print(f"  written to {result.counterexample}")
+    print(f"  replay with: python -m fuzz replay {result.counterexample}")
+    return 1
+
+
+def _replay(args: argparse.Namespace) -> int:
+    try:
+        faults = _parse_faults(args.faults)
+        trace = load_trace(args.file, faults)
+        result = replay(trace, args.verbose)
+    except TraceError as exc:
+        print(f"replay: invalid trace {args.file}: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(result.lines))
+    code, line = verdict(trace, result)
+    print(line)
+    return code
+
+
+def _parse_faults(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    if text.strip() == "none":
+        return []
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(names) - FAULTS.keys())
+    if unknown:
+        raise TraceError(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}")
+    return names
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""`python -m fuzz replay`: run a counterexample file's steps on a fresh pool, in lockstep, without Hypothesis.
+
+Exit status: 1 the trace fails on the pool (the recorded failure or, printed as such, another one);
+0 every step passes; 2 the file is not a valid trace or names a pool this build cannot make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fuzz.lockstep import Lockstep
+from model.trace import Failure, Trace, TraceError, load
+
+
+@dataclass
+class ReplayResult:
+    failure: Failure | None
+    steps_run: int
+    lines: list[str]
+
+
+def load_trace(path: Path, faults: list[str] | None) -> Trace:
+    """Load and validate; `faults` (when given) replaces the faults recorded in the file."""
+    trace = load(path)
+    if faults is None:
+        return trace
+    return Trace({**trace.config, "faults": faults}, trace.seed, trace.steps, trace.failure, trace.meta)
+
+
+def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
+    """Replay step by step, stopping at the first failure."""
+    try:
+        lock = Lockstep(trace.config)
+    except ValueError as exc:
+        raise TraceError(f"cannot build the pool the trace describes: {exc}") from None
+    lines = [f"replaying {len(trace.steps)} steps on {_describe(trace.config)}"]
+    for index, step in enumerate(trace.steps):
+        failure = lock.step(step.op, step.args)
+        taken = lock.steps[-1].choice
+        note = "" if taken == step.choice or not step.choice else f"  (trace chose {step.choice})"
+        call = f"{step.op}(" + ", ".join(f"{k}={v}" for k, v in step.args.items()) + ")"
+        chosen = "" if not taken else " -> " + ", ".join(f"{k} {v}" for k, v in taken.items())
+        lines.append(f"  {index:>3} {call}{chosen}  {'FAIL' if failure else 'ok'}{note}")
+        if verbose:
+            lines.append(f"      model {lock.model.observe()}")
+        if failure is not None:
+            return ReplayResult(failure, index + 1, lines)
+    return ReplayResult(None, len(trace.steps), lines)
+
+
+def verdict(trace: Trace, result: ReplayResult) -> tuple[int, str]:
+    """Exit status and the one-line summary of a replay."""
+    if result.failure is None:
+        return 0, f"did not reproduce: all {result.steps_run} steps pass"
+    f = result.failure
+    line = f"reproduced: step {f.step}: {f.kind} {f.id}: {f.message}"
+    recorded = trace.failure
+    if recorded is not None and (recorded.kind, recorded.id) != (f.kind, f.id):
+        line += f"\n(the trace recorded step {recorded.step}: {recorded.kind} {recorded.id}; the pool fails earlier " \
+                "or differently)"
+    return 1, line
+
+
+def _describe(config: dict[str, object]) -> str:
+    faults = ", ".join(config.get("faults", [])) or "none"  # type: ignore[arg-type]
+    return (f"{config['target']} pool on {config['device']}: {config['rows']} rows, {config['tokens']} slots, "
+            f"width {config['width']}, page size {config['page_size']}, {config['cache']} cache; faults: {faults}")

@@ -1,0 +1,71 @@
+"""`python -m fuzz run`: one lockstep fuzzing run; a failure becomes a shrunk, replayable counterexample file."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hypothesis
+from hypothesis.stateful import get_state_machine_test
+
+from fuzz.lockstep import StepFailed
+from fuzz.machine import Recorder, build_machine
+from fuzz.profiles import Profile
+from model.trace import Trace, dump
+
+
+@dataclass
+class RunResult:
+    """How a run ended: the counterexample path (None when nothing was found) and what it cost."""
+
+    counterexample: Path | None
+    failure_text: str
+    steps: int
+    cases: int
+    seconds: float
+    ops: dict[str, int]
+
+
+def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path) -> RunResult:
+    """Fuzz the target described by `config` under `profile`; write the shrunk counterexample if one is found."""
+    recorder = Recorder(config)
+    test = get_state_machine_test(build_machine(recorder), settings=profile.hypothesis_settings(db_dir))
+    if seed is not None:
+        test = hypothesis.seed(seed)(test)
+    start = time.perf_counter()
+    try:
+        test()
+    except StepFailed as exc:
+        path = _write_counterexample(recorder, exc, profile, seed, out_dir)
+        return RunResult(path, str(exc), recorder.total_steps, recorder.cases, time.perf_counter() - start,
+                         recorder.ops)
+    return RunResult(None, "", recorder.total_steps, recorder.cases, time.perf_counter() - start, recorder.ops)
+
+
+def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile, seed: int | None,
+                          out_dir: Path) -> Path:
+    # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
+    assert recorder.last is not None
+    steps = recorder.last.steps[: exc.failure.step + 1]
+    meta = {"source": "hypothesis", "profile": profile.name, "commit": git_commit(),
+            "hypothesis": hypothesis.__version__}
+    trace = Trace(recorder.config, seed, steps, exc.failure, meta)
+    digest = hashlib.sha256(json.dumps(trace.to_json()["steps"]).encode()).hexdigest()[:10]
+    faults = "+".join(sorted(recorder.config.get("faults", []))) or "nofault"
+    path = out_dir / f"{faults}-{exc.failure.id}-{digest}.json"
+    dump(trace, path)
+    return path
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
