@@ -1,4 +1,4 @@
-"""`RadixCache`: the prefix tree that owns cached KV slots, with the 0.5.19 insert, lock, evict and release rules.
+"""`RadixCache`: the prefix tree that owns cached KV slots, with the 0.5.19 insert, lock and release rules.
 
 Keys are token ids truncated to whole pages; each node's value holds one KV slot per token of its key. A node
 is protected while a lock is held on it or on a descendant, evictable otherwise; both sizes are counters, as
@@ -66,7 +66,7 @@ class RadixCache:
     def match_prefix(
         self, token_ids: Sequence[int], max_prefix_len: int | None = None
     ) -> tuple[torch.Tensor, TreeNode]:
-        """Slots of the longest cached page-aligned prefix of `token_ids[:max_prefix_len]`, and its deepest node.
+        """Slots of the longest cached page-aligned prefix of `token_ids[:max_prefix_len]`, and its last node.
 
         Admission passes `max_prefix_len = len(token_ids) - 1` so that at least one token is computed. A match
         that ends inside a node splits it, so the returned node always ends exactly at the match.
@@ -77,7 +77,7 @@ class RadixCache:
         return (torch.cat(values) if values else self._empty()), node
 
     def insert(self, key: Sequence[int], values: torch.Tensor) -> int:
-        """Cache `values` (one slot per token) under `key`, cut to whole pages; returns the length already cached.
+        """Cache `values` (a slot per token) under `key` cut to whole pages; returns the length already cached.
 
         The tree keeps the slots past that length; the caller still owns `values[:prefix_len]` (duplicates).
         """
@@ -113,9 +113,9 @@ class RadixCache:
             n.lock_ref -= 1
 
     def evict(self, num_tokens: int) -> int:
-        """Free unlocked leaves, least recently used first (older node first on ties), until `num_tokens` are freed.
+        """Free unlocked leaves, least recently used first (older node on ties), until `num_tokens` are freed.
 
-        Returns the number of tokens freed, which is short of `num_tokens` only when nothing evictable is left.
+        Returns the number of tokens freed; it is short of `num_tokens` only when nothing evictable is left.
         """
         heap = [(n.last_access, n.node_id, n) for n in self._nodes() if self._is_evictable_leaf(n)]
         heapq.heapify(heap)
@@ -161,14 +161,14 @@ class RadixCache:
                 self.allocator.free(self.row_slots(req, start, end))
 
     def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None:
-        """Hand `[P, n)` to the tree (duplicates freed) or, without insert, to the allocator; then drop the lock.
+        """Hand `[P, n)` to the tree (duplicates freed) or, without insert, to the allocator; then unlock.
 
         Either way the unaligned tail `[page_floor(n), n)` goes back to the allocator.
         """
         held = self._held_node(req)
         protected_len, seq_len = req.kv.cache_protected_len, kv_len_to_handle
         aligned_len = seq_len - seq_len % self.page_size
-        assert protected_len <= aligned_len, f"protected length {protected_len} past the aligned {aligned_len}"
+        assert protected_len <= aligned_len, f"protected length {protected_len} past aligned {aligned_len}"
         slots = self.row_slots(req, 0, seq_len)
         owned_end = aligned_len
         if is_insert:
@@ -180,22 +180,27 @@ class RadixCache:
             self.dec_lock_ref(held)
 
     def cache_unfinished_req(self, req: Req) -> None:
-        """Between chunks: cache `[0, extend_range_end)` page-aligned, point the row at the tree, move the lock."""
+        """Between chunks: cache `[0, extend_range_end)` page-aligned, point the row at the tree, move the lock.
+
+        The unaligned tail stays the request's own and rides along in `prefix_indices` for the next chunk.
+        """
         kv, held = req.kv, self._held_node(req)
         seq_len = req.extend_range_end
         assert seq_len == kv.kv_committed_len, f"extend end {seq_len} != committed {kv.kv_committed_len}"
         aligned_len = seq_len - seq_len % self.page_size
         slots = self.row_slots(req, 0, seq_len)
         token_ids = self._token_ids(req, aligned_len)
+        protected_len = kv.cache_protected_len
         prefix_len = self.insert(token_ids, slots[:aligned_len])
-        self.allocator.free(slots[kv.cache_protected_len : prefix_len])
+        self.allocator.free(slots[protected_len:prefix_len])
         new_indices, new_node = self.match_prefix(token_ids)
         assert new_indices.numel() == aligned_len, "the key just inserted must match in full"
         assert kv.req_pool_idx is not None
-        self.req_to_token_pool.write(
-            kv.req_pool_idx, kv.cache_protected_len, new_indices[kv.cache_protected_len :]
-        )
+        # The row now names the tree's slots for [P, aligned): the request's copies there were just freed.
+        self.req_to_token_pool.write(kv.req_pool_idx, protected_len, new_indices[protected_len:])
         kv.cache_protected_len = aligned_len
+        if held is not None:
+            self.dec_lock_ref(held)
         self.inc_lock_ref(new_node)
         req.prefix_indices = torch.cat((new_indices, slots[aligned_len:seq_len]))
         req.last_node = new_node
@@ -203,7 +208,7 @@ class RadixCache:
     # -- internals ------------------------------------------------------------------------------------------
 
     def _descend(self, key: list[int]) -> tuple[TreeNode, list[torch.Tensor]]:
-        """Walk `key` (page-aligned) from the root, splitting a partly matched node; returns the end and values."""
+        """Walk page-aligned `key` from the root, splitting a partly matched node; returns node and values."""
         self._access_clock += 1
         node, values = self.root, []
         while key and self._child_key(key) in node.children:
