@@ -1,0 +1,98 @@
+"""End to end: the fuzzer finds the #37167 faults and shrinks them; its counterexamples and the prover's
+replay on a real pool with the faults on (exit 1) and not with them off (exit 0); bad files exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fuzz.__main__ import main as fuzz_main
+from fuzz.profiles import DEFAULT_POOL, Profile
+from fuzz.run import run
+from model.__main__ import main as prove_main
+from model.trace import load
+
+QUICK = Profile("test", max_examples=60, steps_per_case=20, derandomize=True, keep_database=False)
+
+
+def _run(tmp_path: Path, faults: list[str]):  # type: ignore[no-untyped-def]
+    return run({**DEFAULT_POOL, "faults": faults}, QUICK, None, tmp_path / "ce", tmp_path / "db")
+
+
+def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
+    result = _run(tmp_path, [])
+    assert result.counterexample is None
+    assert result.steps > 500
+    assert {"admit", "extend", "decode", "finish", "reuse_released", "release_again", "free_row"} <= set(result.ops)
+
+
+@pytest.mark.parametrize(
+    ("faults", "kinds"),
+    [
+        (["legacy_reuse_guard", "raw_row_free"], {"invariant", "mismatch", "accepted-forbidden"}),
+        (["legacy_reuse_guard"], {"accepted-forbidden"}),
+        (["raw_row_free"], {"invariant", "mismatch"}),
+    ],
+)
+def test_fault_is_found_shrunk_and_replays(tmp_path: Path, faults: list[str], kinds: set[str]) -> None:
+    result = _run(tmp_path, faults)
+    assert result.counterexample is not None
+    trace = load(result.counterexample)
+    assert len(trace.steps) <= 8
+    assert trace.failure is not None and trace.failure.kind in kinds
+    assert trace.config["faults"] == sorted(faults)
+    assert fuzz_main(["replay", str(result.counterexample)]) == 1
+    assert fuzz_main(["replay", str(result.counterexample), "--faults", "none"]) == 0
+
+
+def test_z3_counterexample_fails_on_the_real_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert prove_main(["prove", "--only", "stale-reuse:legacy-guard", "--export-traces", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*.json")
+    trace = load(path)
+    assert trace.config["faults"] == ["legacy_reuse_guard", "raw_row_free"]
+    assert [s.op for s in trace.steps][0] == "admit" and len(trace.steps) == 4
+    assert fuzz_main(["replay", str(path)]) == 1
+    assert fuzz_main(["replay", str(path), "--faults", "none"]) == 0
+    assert fuzz_main(["replay", str(path), "--faults", "raw_row_free"]) == 1
+
+
+BAD_FILES = {
+    "empty.json": b"",
+    "invalid.json": b"{",
+    "format.json": json.dumps({"format": "other", "version": 1}).encode(),
+    "version.json": json.dumps({"format": "kvlife-trace", "version": 99}).encode(),
+    "op.json": json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "faults": []},
+                           "steps": [{"op": "rm_rf", "args": {}}]}).encode(),
+    "absurd.json": json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "rows": 10**9},
+                               "steps": []}).encode(),
+    "unbuildable.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
+                                    "config": {**DEFAULT_POOL, "page_size": 4, "faults": []}}).encode(),
+    "badfault.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
+                                 "config": {**DEFAULT_POOL, "faults": ["no_such_fault"]}}).encode(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_invalid_file_exits_2_with_one_line(tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / name
+    path.write_bytes(BAD_FILES[name])
+    assert fuzz_main(["replay", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("replay: invalid trace") and "\n" not in err
+
+
+def test_unknown_fault_override_exits_2(tmp_path: Path) -> None:
+    assert prove_main(["prove", "--only", "stale-reuse:legacy-guard", "--export-traces", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob("*.json")
+    assert fuzz_main(["replay", str(path), "--faults", "nope"]) == 2
+
+
+def test_bad_cli_flags_exit_2() -> None:
+    with pytest.raises(SystemExit) as info:
+        fuzz_main(["run", "--fault", "no_such_fault"])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit) as info:
+        fuzz_main(["run", "--profile", "forever"])
+    assert info.value.code == 2
