@@ -31,7 +31,7 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
 
     def __init__(
         self, size: int, page_size: int, device: str = "cpu", need_sort: bool = False, backend: Backend = "torch"
-    ):
+    ) -> None:
         assert page_size >= 1, f"page size {page_size} must be positive"
         if backend not in BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")

@@ -94,6 +94,14 @@ def alloc_decode_kernel(
     tl.store(out_ptr + pid, tl.where(new_page == 0, last_loc + 1, fresh))
 
 
+def _launchable(free_pages: torch.Tensor) -> torch.Tensor:
+    """The free list as a kernel argument: contiguous, and a null pointer when empty."""
+    # An empty slice can point one past its allocation, which the CUDA launcher's pointer check may refuse.
+    if free_pages.numel() == 0:
+        return torch.empty(0, dtype=free_pages.dtype, device=free_pages.device)
+    return free_pages.contiguous()
+
+
 def launch_alloc_extend(
     prefix_lens: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -112,7 +120,7 @@ def launch_alloc_extend(
         prefix_lens.contiguous(),
         seq_lens.contiguous(),
         last_loc.contiguous(),
-        free_pages.contiguous(),
+        _launchable(free_pages),
         out,
         free_pages.numel(),
         bs_upper=triton.next_power_of_2(batch_size),
@@ -135,7 +143,7 @@ def launch_alloc_decode(
     alloc_decode_kernel[(batch_size,)](
         seq_lens.contiguous(),
         last_loc.contiguous(),
-        free_pages.contiguous(),
+        _launchable(free_pages),
         out,
         free_pages.numel(),
         bs_upper=triton.next_power_of_2(batch_size),

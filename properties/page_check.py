@@ -157,18 +157,19 @@ def _require(condition: bool, message: str) -> None:
 
 
 def _check_oracle(snap: PageSnapshot) -> PageCheckResult:
+    """The readable reference, in the style of SGLang's own checker: Counters of list entries, sets per row."""
     n = snap.num_pages
     free_count = Counter(snap.free_pages.tolist() + snap.release_pages.tolist())
     tree_count = Counter(snap.tree_pages.tolist())
     rows = _OracleRows(snap)
-    violations = [PageViolation(UNALIGNED_PROTECTED, page, tuple(sorted(who))) for page, who in rows.unaligned.items()]
+    violations = [PageViolation(UNALIGNED_PROTECTED, page, _holders(who, 0, 0)) for page, who in rows.unaligned.items()]
     for page in range(1, n + 1):
         owning, tree, free = rows.own.get(page, []), tree_count[page], free_count[page]
         if len(owning) + tree + free != 1:  # exactly one holder is the only legal state of a real page
             holders = _holders(owning, tree, free)
             violations += [PageViolation(kind, page, holders) for kind in _oracle_kinds(len(owning), tree, free)]
         if page in rows.prefix and not tree:
-            violations.append(PageViolation(PREFIX_NOT_TREE, page, tuple(sorted(rows.prefix[page]))))
+            violations.append(PageViolation(PREFIX_NOT_TREE, page, _holders(rows.prefix[page], 0, 0)))
     for page in {page for page in (*free_count, *tree_count, *rows.stray) if not 1 <= page <= n}:
         owners = _holders(rows.stray.get(page, []), tree_count[page], free_count[page])
         violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
@@ -221,7 +222,7 @@ def _oracle_kinds(own: int, tree: int, free: int) -> list[str]:
 
 
 @dataclass(frozen=True)
-class Refs:
+class RowRefs:
     """Every row reference of the live requests: page id and live-entry index of each position."""
 
     own_pages: torch.Tensor  # positions [P, A)
@@ -230,12 +231,12 @@ class Refs:
     prefix_entries: torch.Tensor
 
 
-def gather_refs(snap: PageSnapshot) -> Refs:
+def gather_refs(snap: PageSnapshot) -> RowRefs:
     """Gather the page of every position `[0, A)` of every live row, as flat tensors (no loop over rows)."""
     zeros = torch.zeros_like(snap.protected_lens)
     own_pages, own_entries = _ragged_pages(snap, snap.protected_lens, snap.allocated_lens)
     prefix_pages, prefix_entries = _ragged_pages(snap, zeros, snap.protected_lens)
-    return Refs(own_pages, own_entries, prefix_pages, prefix_entries)
+    return RowRefs(own_pages, own_entries, prefix_pages, prefix_entries)
 
 
 def _ragged_pages(snap: PageSnapshot, start: torch.Tensor, end: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,7 +254,7 @@ def _ragged_pages(snap: PageSnapshot, start: torch.Tensor, end: torch.Tensor) ->
     return pages, entries
 
 
-def torch_page_stats(snap: PageSnapshot, refs: Refs) -> PageStats:
+def torch_page_stats(snap: PageSnapshot, refs: RowRefs) -> PageStats:
     """Per-page counts from gathered references: bincounts and scatter min/max, no Python loop."""
     n, live = snap.num_pages, snap.live_rows.numel()
     free_index, free_strays = _real_index(torch.cat((snap.free_pages, snap.release_pages)), n)
@@ -297,7 +298,7 @@ def _bincount(index: torch.Tensor, n: int) -> torch.Tensor:
 # -- findings from per-page counts (torch and triton backends) ---------------------------------------------
 
 
-def _check_from_stats(snap: PageSnapshot, stats: PageStats, refs_of: Callable[[], Refs]) -> PageCheckResult:
+def _check_from_stats(snap: PageSnapshot, stats: PageStats, refs_of: Callable[[], RowRefs]) -> PageCheckResult:
     """Name the violations the counts flag; row references are gathered only when some page is suspect."""
     suspects = _suspect_pages(stats)
     violations = _unaligned_violations(snap)
@@ -316,7 +317,7 @@ def _suspect_pages(stats: PageStats) -> torch.Tensor:
     return suspect.nonzero().flatten()
 
 
-def _named_violations(snap: PageSnapshot, stats: PageStats, pages: torch.Tensor, refs: Refs) -> list[PageViolation]:
+def _named_violations(snap: PageSnapshot, stats: PageStats, pages: torch.Tensor, refs: RowRefs) -> list[PageViolation]:
     """The violations on suspect `pages`, each with its holders (or prefix users) named, and the stray pages."""
     free, tree = stats.free_count[pages], stats.tree_count[pages]
     lo, hi = stats.own_lo[pages], stats.own_hi[pages]
@@ -370,7 +371,7 @@ def _group_rows(snap: PageSnapshot, pages: torch.Tensor, entries: torch.Tensor) 
     return grouped
 
 
-def _stray_violations(snap: PageSnapshot, refs: Refs) -> list[PageViolation]:
+def _stray_violations(snap: PageSnapshot, refs: RowRefs) -> list[PageViolation]:
     """Every page id outside 1..num_pages that a row position, the tree or the free lists references."""
     n = snap.num_pages
     pages = torch.cat((refs.own_pages, refs.prefix_pages))
@@ -393,12 +394,13 @@ def _strays(pages: torch.Tensor, n: int) -> list[int]:
 def _unaligned_violations(snap: PageSnapshot) -> list[PageViolation]:
     """Live requests whose P is not page-aligned, grouped by the page of position P - 1."""
     bad = snap.protected_lens % snap.page_size != 0
-    rows = snap.live_rows[bad]
-    slots = snap.req_to_token[rows, snap.protected_lens[bad] - 1].long()
+    bad_rows = snap.live_rows[bad]
+    slots = snap.req_to_token[bad_rows, snap.protected_lens[bad] - 1].long()
+    pages = torch.div(slots, snap.page_size, rounding_mode="floor")
     grouped: dict[int, list[int]] = defaultdict(list)
-    for page, row in zip(torch.div(slots, snap.page_size, rounding_mode="floor").tolist(), rows.tolist(), strict=True):
+    for page, row in zip(pages.tolist(), bad_rows.tolist(), strict=True):
         grouped[page].append(row)
-    return [PageViolation(UNALIGNED_PROTECTED, page, tuple(sorted(rows))) for page, rows in grouped.items()]
+    return [PageViolation(UNALIGNED_PROTECTED, page, _holders(rows, 0, 0)) for page, rows in grouped.items()]
 
 
 def _owned_pages(snap: PageSnapshot) -> int:

@@ -27,8 +27,8 @@ def _row_refs_kernel(
     own_hi,
     prefix_count,
     stray,
-    num_pages,
     page_size,
+    slot_end,
     BLOCK: tl.constexpr,
 ):
     """Program (i, b): positions [b * BLOCK, (b + 1) * BLOCK) ∩ [0, A_i) of live entry i's row."""
@@ -42,7 +42,7 @@ def _row_refs_kernel(
         in_range = pos < allocated
         slot = tl.load(req_to_token + row * width + pos, mask=in_range, other=0).to(tl.int64)
         # Compare slots, not pages: Triton's integer division truncates, so a negative slot has no floor page.
-        real = in_range & (slot >= page_size) & (slot < (num_pages + 1) * page_size)
+        real = in_range & (slot >= page_size) & (slot < slot_end)
         page = tl.where(real, slot // page_size, 0)
         own = real & (pos >= protected)
         tl.atomic_min(own_lo + page, entry, mask=own, sem="relaxed")
@@ -85,8 +85,8 @@ def triton_page_stats(snap: PageSnapshot) -> PageStats:
             own_hi,
             prefix_count,
             stray,
-            n,
             snap.page_size,
+            (n + 1) * snap.page_size,  # slots of real pages are [page_size, slot_end)
             BLOCK=block,
         )
     lists = ((snap.free_pages, free_count), (snap.release_pages, free_count), (snap.tree_pages, tree_count))

@@ -1,8 +1,10 @@
 """Import-time compatibility for upstream SGLang on a CPU-only venv: a narrow stand-in for `torchvision`.
 
-sglang's `mem_cache.memory_pool` imports `sglang.srt.configs`, whose vision-model configs import names from
-`torchvision.transforms` at module level. No CPU torchvision wheel matches the pinned CPU torch, and the pool
-classes never use those names, so the adapter registers a stub that carries exactly the imported names.
+sglang imports a few torchvision names at module level on the way to its pool classes: `sglang.srt.configs`
+(vision-model configs) takes `InterpolationMode` and `functional` from `torchvision.transforms`, and 0.5.18's
+`sglang.srt.utils.common` takes `decode_jpeg` from `torchvision.io`. No CPU torchvision wheel matches the
+pinned CPU torch and the pool classes never call those names, so the adapter registers a stub that carries
+exactly them; calling the stub's `decode_jpeg` raises.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import enum
 import importlib.util
 import sys
 import types
+from typing import NoReturn
 
 STUB_MARKER = "__kvlife_stub__"
 
@@ -21,6 +24,11 @@ class InterpolationMode(enum.Enum):
     NEAREST = "nearest"
     BILINEAR = "bilinear"
     BICUBIC = "bicubic"
+
+
+def decode_jpeg(*args: object, **kwargs: object) -> NoReturn:
+    """Stands in for `torchvision.io.decode_jpeg`; image decoding has no place in the pool classes."""
+    raise RuntimeError("torchvision is absent; kvlife's stub cannot decode images")
 
 
 def _module(name: str, **attrs: object) -> types.ModuleType:
@@ -44,8 +52,8 @@ def install_torchvision_stub() -> bool:
     assert import_utils.is_torchvision_available() is False
     functional = _module("torchvision.transforms.functional", InterpolationMode=InterpolationMode)
     transforms = _module("torchvision.transforms", InterpolationMode=InterpolationMode, functional=functional)
-    root = _module("torchvision", transforms=transforms)
-    sys.modules.update(
-        {"torchvision": root, "torchvision.transforms": transforms, "torchvision.transforms.functional": functional}
-    )
+    io = _module("torchvision.io", decode_jpeg=decode_jpeg)
+    root = _module("torchvision", transforms=transforms, io=io)
+    for module in (root, transforms, functional, io):
+        sys.modules[module.__name__] = module
     return True

@@ -52,7 +52,7 @@ def test_z3_counterexample_fails_on_the_real_pool(tmp_path: Path, capsys: pytest
     (path,) = tmp_path.glob("*.json")
     trace = load(path)
     assert trace.config["faults"] == ["legacy_reuse_guard", "raw_row_free"]
-    assert [s.op for s in trace.steps][0] == "admit" and len(trace.steps) == 4
+    assert trace.steps[0].op == "admit" and len(trace.steps) == 4
     assert fuzz_main(["replay", str(path)]) == 1
     assert fuzz_main(["replay", str(path), "--faults", "none"]) == 0
     assert fuzz_main(["replay", str(path), "--faults", "raw_row_free"]) == 1

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.engine import PoolConfig, PoolSnapshot, RecordView, ReferencePool
+from impl.engine import PoolConfig, PoolSnapshot, ReferencePool
 from model.concrete import Model
 from model.state import Sizes
 from properties.invariants import BY_ID, INVARIANTS, check_snapshot
