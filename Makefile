@@ -24,7 +24,8 @@ verify: setup
 	@echo "verify: all theorems match the manifest; lockstep fuzzing found nothing"
 
 test: setup
-	@$(BIN)/python -m pytest -n 2 tests
+	@# One torch thread per xdist worker: two workers on two cores, not two workers fighting over four threads.
+	@OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 tests
 
 lint: setup
 	@$(BIN)/ruff check .

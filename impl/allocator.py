@@ -41,6 +41,15 @@ class BaseTokenToKVPoolAllocator:
     def free(self, indices: torch.Tensor) -> None:
         raise NotImplementedError
 
+    def free_segment(self, indices: torch.Tensor, start_pos: int) -> None:
+        """Free one row segment starting at row position `start_pos` (whole pages in the paged allocator)."""
+        self.free(indices)
+
+    def free_segments(self, segments: list[tuple[torch.Tensor, int]]) -> None:
+        """Free ascending, disjoint segments of one row; with page size 1 no page is shared between them."""
+        for indices, start_pos in segments:
+            self.free_segment(indices, start_pos)
+
     def _empty(self) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=self.device)
 
