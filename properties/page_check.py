@@ -92,6 +92,7 @@ class PageCheckResult:
 
     @property
     def ok(self) -> bool:
+        """No violation and the conservation equation holds."""
         return not self.violations and self.conservation_gap_pages == 0
 
 
@@ -416,6 +417,7 @@ def _ceil_div(values: torch.Tensor, divisor: int) -> torch.Tensor:
 
 
 def _holders(rows: Iterable[int], tree: int, free: int) -> tuple[Owner, ...]:
+    """Owners in the one order every backend reports: row ids ascending, then each tree entry, each free entry."""
     return (*sorted(rows), *["tree"] * tree, *["free"] * free)
 
 
