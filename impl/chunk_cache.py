@@ -25,6 +25,10 @@ class ChunkCache:
     def protected_size(self) -> int:
         return 0
 
+    def evict(self, num_tokens: int) -> int:
+        """Nothing to evict: the allocation paths' eviction is a no-op without a tree."""
+        return 0
+
     def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor:
         assert req.kv.req_pool_idx is not None
         return self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, start:end].to(torch.int64)
@@ -40,4 +44,4 @@ class ChunkCache:
 
     def cache_unfinished_req(self, req: Req) -> None:
         """Stash between chunks: the next chunk re-reads its own slots through `prefix_indices`."""
-        req.prefix_indices = self.row_slots(req, 0, req.kv.kv_committed_len).clone()
+        req.prefix_indices = self.row_slots(req, 0, req.extend_range_end).clone()

@@ -1,23 +1,51 @@
 """The reference target: scheduler-level operations over the pool, as the harness drives them.
 
-Each operation either completes or raises `Refused` and leaves every record, row and slot as it was.
-`Refused` carries the reason: a scheduler precondition (the request is not running), a capacity check
-(admission control would not schedule it), or one of the pool's own contract asserts.
+Each operation either completes or raises `Refused` and leaves every record, row, slot and tree node as it
+was: it checks the scheduler's preconditions and the capacity it needs (counting what the tree could evict)
+before it changes anything. `Refused` carries the reason: a scheduler precondition (the request is not
+running), a capacity check (admission control would not schedule it), or one of the pool's own contract
+asserts. One operation is one scheduling round of one request: a chunk is scheduled, computed and its result
+processed within the call, so `inflight_middle_chunks` is back to 0 when the call returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
+from impl.alloc_kernels import BACKENDS
+from impl.allocation import (
+    Allocator,
+    Pools,
+    alloc_for_decode,
+    alloc_for_decode_prealloc,
+    alloc_for_extend,
+    alloc_for_spec_decode,
+    evict_from_tree_cache,
+    tokens_needed,
+)
 from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
+from impl.decode_pool import DecodeReqToTokenPool
 from impl.faults import NO_FAULTS, FaultSet
-from impl.records import Req, ReqStatus
-from impl.release import pp_release_manual, release_kv_cache
+from impl.paged_allocator import PagedTokenToKVPoolAllocator
+from impl.prefix_cache import PrefixCache
+from impl.radix_cache import RadixCache, TreeNode
+from impl.records import Req, ReqStatus, output_token
+from impl.release import ceil_align, pp_release_manual, release_kv_cache, reset_for_retract
 from impl.req_pool import ContractViolation, ReqToTokenPool
+
+T = TypeVar("T")
+
+CACHES = ("chunk", "radix")
+ROW_POOLS = ("req", "decode")
+MAX_PAGE_SIZE = 64
+# SGLANG_RETRACT_DECODE_STEPS: a retraction evicts this many tree tokens per request still running.
+RETRACT_DECODE_STEPS = 20
+_PAGE_SIZES = tuple(1 << k for k in range(MAX_PAGE_SIZE.bit_length()))
 
 
 class Refused(Exception):
@@ -26,7 +54,12 @@ class Refused(Exception):
 
 @dataclass(frozen=True)
 class PoolConfig:
-    """Sizes of one pool. `rows` excludes the padding row; `tokens` excludes the padding slot."""
+    """One pool. `rows` excludes the padding row (and the pre-allocation rows); `tokens` excludes padding.
+
+    `page_size` 1 uses `TokenToKVPoolAllocator`, a larger power of two `PagedTokenToKVPoolAllocator` whose slot
+    math runs on `kernel_backend`. `row_pool` 'decode' is the PD-decode row pool with `pre_alloc_size` extra rows.
+    Without `evict_on_demand`, allocations and retractions never evict the tree; only `evict` does.
+    """
 
     rows: int = 4
     tokens: int = 64
@@ -34,25 +67,44 @@ class PoolConfig:
     page_size: int = 1
     cache: str = "chunk"
     device: str = "cpu"
+    need_sort: bool = False
+    speculative: bool = False
+    row_pool: str = "req"
+    pre_alloc_size: int = 0
+    kernel_backend: str = "torch"
+    evict_on_demand: bool = True
 
     def __post_init__(self) -> None:
-        if not 1 <= self.rows <= 1 << 20:
-            raise ValueError(f"rows must be in [1, 2^20], got {self.rows}")
-        if not 1 <= self.tokens <= 1 << 24:
-            raise ValueError(f"tokens must be in [1, 2^24], got {self.tokens}")
-        if not 1 <= self.width <= 1 << 20:
-            raise ValueError(f"width must be in [1, 2^20], got {self.width}")
-        if self.page_size != 1:
-            raise ValueError(f"page_size {self.page_size} is not supported by this pool (only 1)")
-        if self.cache != "chunk":
-            raise ValueError(f"cache {self.cache!r} is not supported by this pool (only 'chunk')")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        problem = _config_problem(self)
+        if problem:
+            raise ValueError(problem)
+
+
+def _config_problem(c: PoolConfig) -> str | None:
+    """Why the pool cannot be built, or None."""
+    checks = [
+        (1 <= c.rows <= 1 << 20, f"rows must be in [1, 2^20], got {c.rows}"),
+        (1 <= c.tokens <= 1 << 24, f"tokens must be in [1, 2^24], got {c.tokens}"),
+        (1 <= c.width <= 1 << 20, f"width must be in [1, 2^20], got {c.width}"),
+        (c.page_size in _PAGE_SIZES, f"page_size must be a power of two up to {MAX_PAGE_SIZE}, got {c.page_size}"),
+        (c.tokens % c.page_size == 0, f"tokens {c.tokens} is not a whole number of pages of {c.page_size}"),
+        (c.cache in CACHES, f"cache must be one of {CACHES}, got {c.cache!r}"),
+        (c.device in ("cpu", "cuda"), f"device must be 'cpu' or 'cuda', got {c.device!r}"),
+        (c.row_pool in ROW_POOLS, f"row_pool must be one of {ROW_POOLS}, got {c.row_pool!r}"),
+        (c.pre_alloc_size >= 0, f"pre_alloc_size must be non-negative, got {c.pre_alloc_size}"),
+        (c.row_pool == "decode" or c.pre_alloc_size == 0, "pre_alloc_size needs row_pool 'decode'"),
+        (c.kernel_backend in BACKENDS, f"kernel_backend must be one of {BACKENDS}, got {c.kernel_backend!r}"),
+    ]
+    return next((message for ok, message in checks if not ok), None)
 
 
 @dataclass(frozen=True)
 class RecordView:
-    """One request's record and scheduler status, as plain values."""
+    """One request's record and scheduler status, as plain values.
+
+    `prefix_len` is `len(prefix_indices)`; `tree_locked` says the request holds a lock on a tree node below
+    the root; `extend_end` is `extend_range.end`; `prompt_len` None is an open-ended prompt.
+    """
 
     row: int | None
     protected_len: int
@@ -60,11 +112,24 @@ class RecordView:
     allocated_len: int
     inflight_middle_chunks: int
     status: str
+    prefix_len: int = 0
+    tree_locked: bool = False
+    extend_end: int = 0
+    prompt_len: int | None = None
+
+
+def _empty() -> torch.Tensor:
+    return torch.empty(0, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
 class PoolSnapshot:
-    """The observable state of a pool after a step: plain values, and tensors for bulk data."""
+    """The observable state of a pool after a step: plain values, and tensors for bulk data.
+
+    `free_slots` / `release_slots` are the allocator's `free_pages` / `release_pages`: slot ids when
+    `page_size` is 1, page ids otherwise. `row_slots` holds each holding record's row `[0, A)` (tree slots
+    of `[0, P)` included); `tree_slots` every slot the tree owns; `req_to_token` the whole row table.
+    """
 
     rows_total: int
     width: int
@@ -74,71 +139,162 @@ class PoolSnapshot:
     row_generation: list[int]
     records: dict[int, RecordView]
     row_slots: dict[int, list[int]] = field(default_factory=dict)
-    free_slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
-    release_slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+    free_slots: torch.Tensor = field(default_factory=_empty)
+    release_slots: torch.Tensor = field(default_factory=_empty)
     evictable_size: int = 0
     protected_size: int = 0
+    cache: str = "chunk"
+    speculative: bool = False
+    num_pages: int = 0
+    tree_slots: torch.Tensor = field(default_factory=_empty)
+    evictable_recount: int = 0
+    protected_recount: int = 0
+    req_to_token: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 0), dtype=torch.int32))
+
+
+@dataclass(frozen=True)
+class _ExtendPlan:
+    """One extend, worked out before anything changes: positions `[start, seq_len)` are computed, towards
+    `prompt_len`. `match_limit` is set for an admission (a fresh prefix match capped there); `locking` counts
+    the evictable tokens that match will lock; `new_row` says whether a row is taken.
+    """
+
+    start: int
+    seq_len: int
+    prompt_len: int | None
+    match_limit: int | None
+    locking: int
+    new_row: bool
 
 
 class ReferencePool:
-    """The reference pool: `ReqToTokenPool` + token allocator + chunk cache, driven as a scheduler would."""
+    """The reference pool: row pool + token or page allocator + chunk cache or radix tree, driven as a scheduler
+    would drive them for one request at a time."""
 
     def __init__(self, config: PoolConfig, faults: FaultSet = NO_FAULTS):
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ValueError("device 'cuda' asked for, but no CUDA device is available")
         self.config = config
         self.faults = faults
-        self.req_to_token_pool = ReqToTokenPool(config.rows, config.width, config.device, faults)
-        self.allocator = TokenToKVPoolAllocator(config.tokens, config.device)
-        self.cache = ChunkCache(self.req_to_token_pool, self.allocator)
+        self.req_to_token_pool = _row_pool(config, faults)
+        self.allocator = _allocator(config)
+        self.tree: RadixCache | None = None
+        if config.cache == "radix":
+            self.tree = RadixCache(self.req_to_token_pool, self.allocator, config.page_size)
+        self.cache: PrefixCache = self.tree or ChunkCache(self.req_to_token_pool, self.allocator)
+        self.pools = Pools(self.cache, self.allocator, config.evict_on_demand)
         self.reqs: dict[int, Req] = {}
 
-    # -- lifecycle operations ---------------------------------------------------------------------------
+    # -- prefill ---------------------------------------------------------------------------------------------
 
-    def admit(self, rid: int, extend_len: int) -> int:
-        """A new request's first extend (prefill or first chunk): a fresh row and `extend_len` slots."""
+    def admit(self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0) -> int:
+        """A new request's first extend: prefix match (radix), a fresh row, slots for up to `extend_len` tokens.
+
+        With `prompt_len` the prompt is that many tokens of `family` and the extend stops at its end; without,
+        it is open-ended and exactly `extend_len` tokens are computed.
+        """
         if rid in self.reqs:
             raise Refused(f"request {rid} already exists")
-        req = Req(rid)
-        self._check_extend_capacity(req, extend_len)
+        if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
+            raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
+        req = _new_req(rid, prompt_len, family)
+        row = self._extend(req, extend_len)
         self.reqs[rid] = req
-        return self._alloc_for_extend(req, extend_len)
+        return row
 
     def extend(self, rid: int, extend_len: int) -> int:
-        """The next extend of an existing request: keeps its row (chunk continuation) or takes a new one."""
+        """The next extend: a chunk continuation keeps its row; a dLLM block after `dllm_stash` takes a fresh
+        one; a retracted or released request is re-admitted with a new prefix match on a fresh row."""
         req = self._get(rid)
-        if req.kv.holds_kv and req.status is ReqStatus.DECODING:
+        if req.status is ReqStatus.DECODING:
             raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
-        self._check_extend_capacity(req, extend_len)
-        return self._alloc_for_extend(req, extend_len)
+        return self._extend(req, extend_len)
+
+    # -- decode ----------------------------------------------------------------------------------------------
 
     def decode(self, rid: int) -> None:
-        """One non-speculative decode step: one slot at position `kv_committed_len`."""
-        req = self._running(rid)
+        """One non-speculative decode step: one slot (a new page when it starts one) at `kv_committed_len`."""
+        req = self._ready_to_decode(rid)
         kv = req.kv
-        if not kv.holds_kv:
-            raise Refused(f"request {rid} holds no row to decode into")
-        if kv.kv_committed_len + 1 > self.config.width:
+        if kv.kv_committed_len != kv.kv_allocated_len:
+            raise Refused(f"request {rid} has draft slots [C, A); a speculative commit consumes them")
+        seq_len = kv.kv_committed_len
+        if seq_len + 1 > self.config.width:
             raise Refused(f"request {rid} would decode past the row width {self.config.width}")
-        out = self.allocator.alloc(1)
-        if out is None:
-            raise Refused("no free token slot for decode")
-        assert kv.req_pool_idx is not None
-        self.req_to_token_pool.write(kv.req_pool_idx, kv.kv_committed_len, out)
-        kv.kv_allocated_len += 1
-        kv.kv_committed_len += 1
+        self._check_capacity(0, seq_len, seq_len + 1)
+        self._contract(lambda: alloc_for_decode(self.pools, req))
+        req.fill_ids = [*req.fill_ids[:seq_len], output_token(rid, seq_len)]
         req.status = ReqStatus.DECODING
 
+    def spec_prepare(self, rid: int, reserve: int) -> None:
+        """Speculative prepare: `A = max(A, ceil_align(C + reserve))`, the new draft slots written to the row."""
+        if not self.config.speculative:
+            raise Refused("speculative decoding is off in this pool")
+        if reserve < 1:
+            raise Refused(f"reserve must be positive, got {reserve}")
+        req = self._ready_to_decode(rid)
+        kv = req.kv
+        next_len = max(kv.kv_allocated_len, ceil_align(kv.kv_committed_len + reserve, self.config.page_size))
+        if next_len > self.config.width:
+            raise Refused(f"request {rid} would reserve past the row width {self.config.width}")
+        self._check_capacity(0, kv.kv_allocated_len, next_len)
+        if next_len > kv.kv_allocated_len:
+            self._contract(lambda: alloc_for_spec_decode(self.pools, req, next_len))
+        req.status = ReqStatus.DECODING
+
+    def spec_commit(self, rid: int, accepted: int) -> None:
+        """Speculative verify result: `C += accepted` (drafts plus bonus), all inside the reserved `[C, A)`."""
+        req = self._get(rid)
+        kv = req.kv
+        if req.status is not ReqStatus.DECODING or not kv.holds_kv:
+            raise Refused(f"request {rid} is not decoding on a row")
+        if not 1 <= accepted <= kv.kv_allocated_len - kv.kv_committed_len:
+            raise Refused(f"{accepted} accepted tokens do not fit the {kv.kv_allocated_len - kv.kv_committed_len} "
+                          "reserved")
+        start = kv.kv_committed_len
+        kv.kv_committed_len += accepted
+        req.fill_ids = req.fill_ids[:start] + [output_token(rid, p) for p in range(start, kv.kv_committed_len)]
+
+    # -- release ---------------------------------------------------------------------------------------------
+
     def finish(self, rid: int) -> None:
-        """The request finished: `release_kv_cache(req, cache, is_insert=True)`."""
+        """The request finished: `release_kv_cache(req, cache, is_insert=True)` inside a result free group."""
         req = self._running(rid)
-        self._contract(lambda: release_kv_cache(req, self.cache, is_insert=True))
+        if req.status is ReqStatus.RUNNING and req.prompt_len is not None:
+            raise Refused(f"request {rid} is mid-prefill; only an abort ends it there")
+        self._release(req, is_insert=True, grouped=True)
+        req.status = ReqStatus.FINISHED
+
+    def retract(self, rid: int) -> None:
+        """Retraction (`release_req`): release without insert, evict for the requests still running, then
+        `reset_for_retract`; the request waits to be re-admitted with its outputs as prompt."""
+        req = self._running(rid)
+        self._release(req, is_insert=False, grouped=False)
+        running = sum(1 for r in self.reqs.values() if r.kv.holds_kv and r.status is not ReqStatus.FINISHED)
+        evict_from_tree_cache(self.pools, running * RETRACT_DECODE_STEPS)
+        self._contract(lambda: reset_for_retract(req))
+        if req.prompt_len is not None:
+            req.prompt_len = len(req.fill_ids)  # re-admission recomputes the outputs as prompt
+        req.status = ReqStatus.WAITING
+
+    def abort(self, rid: int) -> None:
+        """Abort: a waiting request is dropped; a decoding one is released as a normal finish; one mid-prefill
+        takes the pending chunked abort (`release_kv_cache(is_insert=False)`); a dLLM block without its row
+        takes the dLLM abort path, which releases only a record that holds a row (the 0.5.19 hazard)."""
+        req = self._get(rid)
+        if req.status is ReqStatus.FINISHED:
+            raise Refused(f"request {rid} already finished")
+        kv = req.kv
+        if req.status is ReqStatus.RUNNING and kv.holds_kv:
+            self._release(req, is_insert=False, grouped=False)
+        elif req.status is ReqStatus.DECODING:
+            self._release(req, is_insert=True, grouped=True)
         req.status = ReqStatus.FINISHED
 
     def pp_release(self, rid: int) -> None:
         """PP-profiling release after PR #37167: `release_kv_cache(req, cache, is_insert=False)`."""
         req = self._running(rid)
-        self._contract(lambda: release_kv_cache(req, self.cache, is_insert=False))
+        self._release(req, is_insert=False, grouped=False)
         req.status = ReqStatus.FINISHED
 
     def pp_release_manual(self, rid: int) -> None:
@@ -147,12 +303,59 @@ class ReferencePool:
         self._contract(lambda: pp_release_manual(req, self.cache, req.kv.kv_committed_len))
         req.status = ReqStatus.FINISHED
 
+    # -- tree and pool maintenance ---------------------------------------------------------------------------
+
+    def evict(self, num_tokens: int) -> int:
+        """Evict unlocked tree leaves until `num_tokens` are freed or none is left; returns the tokens freed."""
+        if num_tokens < 0:
+            raise Refused(f"cannot evict a negative number of tokens ({num_tokens})")
+        return self.cache.evict(num_tokens)
+
+    def flush(self) -> None:
+        """`flush_cache`, only when idle: reset the tree, clear the allocator and the row pool."""
+        busy = sorted(rid for rid, r in self.reqs.items() if r.status is not ReqStatus.FINISHED or r.kv.holds_kv)
+        if busy:
+            raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
+        if self.tree is not None:
+            self.tree.reset()
+        self.allocator.clear()
+        self.req_to_token_pool.clear()
+
+    # -- PD decode and dLLM ----------------------------------------------------------------------------------
+
+    def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int:
+        """PD-decode pre-allocation (no prefix hit): a row and slots for `[0, fill_len)`, `C = A = fill_len`;
+        the transfer is taken to succeed, so the request decodes next."""
+        if rid in self.reqs:
+            raise Refused(f"request {rid} already exists")
+        if not 1 <= fill_len <= self.config.width:
+            raise Refused(f"fill length {fill_len} is not in [1, row width {self.config.width}]")
+        req = _new_req(rid, fill_len, family)
+        self._check_capacity(1, 0, fill_len)
+        row = self._contract(lambda: alloc_for_decode_prealloc(self.pools, req, fill_len))
+        req.extend_range_end = fill_len
+        req.status = ReqStatus.DECODING
+        self.reqs[rid] = req
+        return row
+
+    def dllm_stash(self, rid: int) -> None:
+        """A resolved dLLM block: stash it (`cache_unfinished_req`), then `ReqToTokenPool.free` without
+        `mark_kv_released`, leaving `holds_kv` False with `kv_allocated_len > 0`, as 0.5.19 does."""
+        req = self._get(rid)
+        if req.status is not ReqStatus.RUNNING or not req.kv.holds_kv:
+            raise Refused(f"request {rid} is not in prefill on a row")
+
+        def stash_and_free_row() -> None:
+            self.cache.cache_unfinished_req(req)
+            self.req_to_token_pool.free(req)
+
+        self._contract(stash_and_free_row)
+
     # -- calls the contract forbids (the harness's negative steps) ---------------------------------------
 
     def release_again(self, rid: int) -> None:
         """Call `release_kv_cache` directly, whatever the scheduler thinks of the request."""
-        req = self._get(rid)
-        self._contract(lambda: release_kv_cache(req, self.cache, is_insert=False))
+        self._release(self._get(rid), is_insert=False, grouped=False)
 
     def free_row(self, rid: int) -> None:
         """Call `ReqToTokenPool.free` directly (a second free of a released record must be refused)."""
@@ -164,7 +367,7 @@ class ReferencePool:
         req = self._get(rid)
         if req.kv.holds_kv:
             raise Refused(f"request {rid} still holds a row; nothing stale to reuse")
-        if not 1 <= stale_row <= self.config.rows:
+        if not 1 <= stale_row <= self.req_to_token_pool.req_to_token.shape[0] - 1:
             raise Refused(f"row {stale_row} is not a row of this pool")
         req.kv.req_pool_idx = stale_row
         try:
@@ -175,27 +378,50 @@ class ReferencePool:
 
     # -- observation ------------------------------------------------------------------------------------
 
+    def peek_prefix(self, family: int, prompt_len: int) -> int:
+        """The prefix an admission of a `prompt_len`-token prompt of `family` would match now (read-only)."""
+        req = _new_req(-1, prompt_len, family)
+        return self._peek_match(req.tokens(_match_limit(self.config.width, prompt_len, 1)))[0]
+
+    def peek_prefix_of(self, rid: int, extend_len: int = 1) -> int:
+        """Where `extend(rid, extend_len)` would start computing: a continuation's stashed prefix, or the prefix a
+        re-admission would match now (read-only; an open-ended prompt's match depends on `extend_len`)."""
+        req = self._get(rid)
+        if req.kv.holds_kv or req.kv.kv_allocated_len > 0:
+            return req.prefix_indices.numel()
+        target = None if req.prompt_len is None else len(req.fill_ids)
+        return self._peek_match(req.tokens(_match_limit(self.config.width, target, extend_len)))[0]
+
     def snapshot(self) -> PoolSnapshot:
-        pool = self.req_to_token_pool
-        records = {rid: _record_view(req) for rid, req in self.reqs.items()}
+        """The pool's observable state now (copies: later steps do not change it)."""
+        pool, tree = self.req_to_token_pool, self.tree
+        rows_total = pool.req_to_token.shape[0] - 1
         row_slots = {
             rid: pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len].tolist()
             for rid, req in self.reqs.items()
-            if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= pool.size
+            if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= rows_total
         }
+        evictable, protected = tree.recount_sizes() if tree is not None else (0, 0)
         return PoolSnapshot(
-            rows_total=pool.size,
+            rows_total=rows_total,
             width=pool.max_context_len,
             tokens_total=self.allocator.size,
             page_size=self.allocator.page_size,
             free_rows=list(pool.free_slots),
             row_generation=list(pool.req_generation),
-            records=records,
+            records={rid: self._record_view(req) for rid, req in self.reqs.items()},
             row_slots=row_slots,
             free_slots=self.allocator.free_pages.clone(),
             release_slots=self.allocator.release_pages.clone(),
             evictable_size=self.cache.evictable_size(),
             protected_size=self.cache.protected_size(),
+            cache=self.config.cache,
+            speculative=self.config.speculative,
+            num_pages=self.config.tokens // self.config.page_size,
+            tree_slots=tree.owned_slots() if tree is not None else _empty().to(self.config.device),
+            evictable_recount=evictable,
+            protected_recount=protected,
+            req_to_token=pool.req_to_token.clone(),
         )
 
     # -- internals --------------------------------------------------------------------------------------
@@ -212,51 +438,165 @@ class ReferencePool:
             raise Refused(f"request {rid} is {req.status.value}, not running")
         return req
 
-    def _contract(self, call: Callable[[], None]) -> None:
+    def _ready_to_decode(self, rid: int) -> Req:
+        """A running request on a row whose prompt is all in KV (an open-ended prompt ends here)."""
+        req = self._running(rid)
+        if not req.kv.holds_kv:
+            raise Refused(f"request {rid} holds no row to decode into")
+        if req.prompt_len is not None and req.kv.kv_committed_len < req.prompt_len:
+            raise Refused(f"request {rid} is mid-prefill ({req.kv.kv_committed_len} of {req.prompt_len} tokens)")
+        return req
+
+    def _contract(self, call: Callable[[], T]) -> T:
         try:
-            call()
+            return call()
         except ContractViolation as exc:
             raise Refused(f"contract assert: {exc}") from exc
 
-    def _check_extend_capacity(self, req: Req, extend_len: int) -> None:
-        start = req.kv.kv_committed_len if req.kv.holds_kv else 0
-        if extend_len < 1:
-            raise Refused(f"extend length must be positive, got {extend_len}")
-        if start + extend_len > self.config.width:
-            raise Refused(f"request {req.rid} would extend past the row width {self.config.width}")
-        if extend_len > self.allocator.available_size():
-            raise Refused(f"{extend_len} slots asked for, {self.allocator.available_size()} free")
-        if not req.kv.holds_kv and self.req_to_token_pool.available_size() == 0:
+    def _check_capacity(self, rows: int, start: int, end: int, locking: int = 0) -> None:
+        """Refuse unless `rows` rows are free and positions `[start, end)` fit in the free slots plus what the
+        tree could evict (on demand) once `locking` more of its tokens are locked."""
+        if rows > self.req_to_token_pool.available_size():
             raise Refused("no free row")
+        need = tokens_needed(self.config.page_size, start, end)
+        free = self.allocator.available_size()
+        evictable = self.cache.evictable_size() - locking if self.config.evict_on_demand else 0
+        if need > free + evictable:
+            raise Refused(f"{need} slots asked for, {free} free and {evictable} evictable")
 
-    def _alloc_for_extend(self, req: Req, extend_len: int) -> int:
-        """`alloc_for_extend` for one request: row (kept or new), prefix into the row, new slots after it."""
-        kv = req.kv
-        if not kv.holds_kv:
-            req.prefix_indices = torch.empty(0, dtype=torch.int64)
+    def _release(self, req: Req, is_insert: bool, grouped: bool) -> None:
+        """`release_kv_cache`, inside a free group when it runs in a result-processing pass as upstream's does."""
+        if grouped:
+            self.allocator.free_group_begin()
         try:
-            rows = self.req_to_token_pool.alloc([req])
-        except ContractViolation as exc:
-            raise Refused(f"contract assert: {exc}") from exc
-        assert rows is not None, "capacity was checked before the row allocation"
-        out = self.allocator.alloc(extend_len)
-        assert out is not None, "capacity was checked before the slot allocation"
-        row, prefix_len = rows[0], req.prefix_indices.numel()
-        self.req_to_token_pool.write(row, 0, req.prefix_indices)
-        self.req_to_token_pool.write(row, prefix_len, out)
-        kv.kv_allocated_len = kv.kv_committed_len = prefix_len + extend_len
-        req.status = ReqStatus.RUNNING
+            self._contract(lambda: release_kv_cache(req, self.cache, is_insert, self.config.speculative))
+        finally:
+            if grouped:
+                self.allocator.free_group_end()
+        req.last_node = None  # the lock went back with the release; the scheduler drops the handle
+
+    def _extend(self, req: Req, extend_len: int) -> int:
+        plan = self._plan_extend(req, extend_len)
+        self._check_capacity(int(plan.new_row), plan.start, plan.seq_len, plan.locking)
+        return self._contract(lambda: self._run_extend(req, plan))
+
+    def _plan_extend(self, req: Req, extend_len: int) -> _ExtendPlan:
+        """Where the extend starts and ends; refuses what the scheduler would not schedule."""
+        width, kv = self.config.width, req.kv
+        if not 1 <= extend_len <= width:
+            raise Refused(f"extend length {extend_len} is not in [1, row width {width}]")
+        target, match_limit, locking = req.prompt_len, None, 0
+        if kv.holds_kv or kv.kv_allocated_len > 0:
+            start = req.prefix_indices.numel()  # a continuation extends its stashed prefix
+        else:
+            target = None if target is None else len(req.fill_ids)  # a re-admission recomputes its outputs
+            match_limit = _match_limit(width, target, extend_len)
+            start, locking = self._peek_match(req.tokens(match_limit))
+        if target is not None and start >= target:
+            raise Refused(f"request {req.rid} has its whole prompt in KV; it decodes next")
+        seq_len = start + extend_len if target is None else min(start + extend_len, target)
+        if seq_len > width:
+            raise Refused(f"request {req.rid} would extend past the row width {width}")
+        return _ExtendPlan(start, seq_len, target, match_limit, locking, new_row=not kv.holds_kv)
+
+    def _run_extend(self, req: Req, plan: _ExtendPlan) -> int:
+        """`init_next_round_input` + lock (admission only), `alloc_for_extend`, then the stash of the result."""
+        if plan.match_limit is not None:
+            self._match_and_lock(req, plan.match_limit)
+        row = alloc_for_extend(self.pools, req, plan.seq_len)
+        req.fill_ids = req.tokens(max(plan.seq_len, len(req.fill_ids)))
+        req.extend_range_end = plan.seq_len
+        req.prompt_len = plan.prompt_len
+        req.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING
+        # After a middle chunk this is the chunk stash; after the last one, the prompt's insert (§5.1 step 4).
         self.cache.cache_unfinished_req(req)
         return row
 
+    def _match_and_lock(self, req: Req, match_limit: int) -> None:
+        """The admission's prefix match: `prefix_indices`, `last_node`, `cache_protected_len`, and the lock."""
+        req.prefix_indices = _empty().to(self.config.device)
+        req.last_node = None
+        req.kv.cache_protected_len = 0
+        if self.tree is None:
+            return
+        prefix, node = self.tree.match_prefix(req.tokens(match_limit))
+        self.tree.inc_lock_ref(node)
+        req.prefix_indices, req.last_node = prefix, node
+        req.kv.cache_protected_len = prefix.numel()
 
-def _record_view(req: Req) -> RecordView:
-    kv = req.kv
-    return RecordView(
-        row=kv.req_pool_idx,
-        protected_len=kv.cache_protected_len,
-        committed_len=kv.kv_committed_len,
-        allocated_len=kv.kv_allocated_len,
-        inflight_middle_chunks=req.inflight_middle_chunks,
-        status=req.status.value,
-    )
+    def _peek_match(self, token_ids: list[int]) -> tuple[int, int]:
+        """The length `match_prefix` would return and how many of those tokens are unlocked, read without
+        splitting a node or touching access times, so that a refused admission leaves the tree as it was."""
+        if self.tree is None:
+            return 0, 0
+        return _peek_prefix(self.tree, token_ids)
+
+    def _record_view(self, req: Req) -> RecordView:
+        kv = req.kv
+        root = self.tree.root if self.tree is not None else None
+        return RecordView(
+            row=kv.req_pool_idx,
+            protected_len=kv.cache_protected_len,
+            committed_len=kv.kv_committed_len,
+            allocated_len=kv.kv_allocated_len,
+            inflight_middle_chunks=req.inflight_middle_chunks,
+            status=req.status.value,
+            prefix_len=req.prefix_indices.numel(),
+            tree_locked=req.last_node is not None and req.last_node is not root,
+            extend_end=req.extend_range_end,
+            prompt_len=req.prompt_len,
+        )
+
+
+def _match_limit(width: int, prompt_len: int | None, extend_len: int) -> int:
+    """How far an admission may match: one prompt token short of the prompt's end, so one is computed; on an
+    open-ended prompt, room for the chunk in the row."""
+    limit = width - extend_len if prompt_len is None else prompt_len - 1
+    return max(limit, 0)
+
+
+def _new_req(rid: int, prompt_len: int | None, family: int) -> Req:
+    """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
+    if family < 0:
+        raise Refused(f"family must be non-negative, got {family}")
+    req = Req(rid, prompt_len=prompt_len, family=family)
+    req.fill_ids = req.tokens(prompt_len or 0)
+    return req
+
+
+def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, int]:
+    """(matched length, unlocked tokens on the matched path) of `token_ids` cut to whole pages."""
+    ps = tree.page_size
+    key = token_ids[: len(token_ids) - len(token_ids) % ps]
+    node: TreeNode = tree.root
+    matched = unlocked = 0
+    while matched < len(key):
+        child = node.children.get(tuple(key[matched : matched + ps]))
+        if child is None:
+            break
+        common = 0
+        for a, b in zip(child.key, key[matched:], strict=False):
+            if a != b:
+                break
+            common += 1
+        common -= common % ps  # a page matches only in full
+        unlocked += common if child.lock_ref == 0 else 0
+        matched += common
+        if common < len(child.key):
+            break
+        node = child
+    return matched, unlocked
+
+
+def _row_pool(config: PoolConfig, faults: FaultSet) -> ReqToTokenPool:
+    if config.row_pool == "decode":
+        return DecodeReqToTokenPool(config.rows, config.width, config.pre_alloc_size, config.device, faults)
+    return ReqToTokenPool(config.rows, config.width, config.device, faults)
+
+
+def _allocator(config: PoolConfig) -> Allocator:
+    if config.page_size == 1:
+        return TokenToKVPoolAllocator(config.tokens, config.device, config.need_sort)
+    backend = config.kernel_backend
+    assert backend in BACKENDS
+    return PagedTokenToKVPoolAllocator(config.tokens, config.page_size, config.device, config.need_sort, backend)

@@ -7,6 +7,19 @@ from dataclasses import dataclass, field
 
 import torch
 
+# Row widths are at most 2^20 tokens (PoolConfig), so a position fits below this bit.
+POSITION_BITS = 20
+
+
+def prompt_token(family: int, position: int) -> int:
+    """The prompt token at `position` of every request of `family` (even ids; families share whole prompts)."""
+    return 2 * ((family << POSITION_BITS) | position)
+
+
+def output_token(rid: int, position: int) -> int:
+    """The token request `rid` samples for `position` (odd ids, so no output equals a prompt token)."""
+    return 2 * ((rid << POSITION_BITS) | position) + 1
+
 
 @dataclass(slots=True, kw_only=True)
 class ReqKvInfo:
@@ -41,7 +54,12 @@ class ReqStatus(enum.Enum):
 
 @dataclass(eq=False)
 class Req:
-    """A request as the memory code sees it: its record plus the scheduler fields that touch KV."""
+    """A request as the memory code sees it: its record plus the scheduler fields that touch KV.
+
+    `fill_ids` are the tokens known so far (prompt, then outputs). `prompt_len` is where prefill ends (after a
+    retraction, the prompt and the outputs so far); None is an open-ended prompt that grows with each chunk
+    and ends where the first decode step begins.
+    """
 
     rid: int
     kv: ReqKvInfo = field(default_factory=ReqKvInfo)
@@ -51,3 +69,10 @@ class Req:
     extend_range_end: int = 0
     inflight_middle_chunks: int = 0
     status: ReqStatus = ReqStatus.WAITING
+    prompt_len: int | None = None
+    family: int = 0
+
+    def tokens(self, end: int) -> list[int]:
+        """Token ids of positions `[0, end)`: the known ones, then the family's prompt stream."""
+        known = self.fill_ids[:end]
+        return known + [prompt_token(self.family, p) for p in range(len(known), end)]

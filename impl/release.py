@@ -1,8 +1,9 @@
-"""The release paths: `release_kv_cache` in the 0.5.19 order, and the PP-profiling release before PR #37167."""
+"""The release paths: `release_kv_cache` in the 0.5.19 order, the PP-profiling release before PR #37167, and
+the record reset of a retraction."""
 
 from __future__ import annotations
 
-from impl.chunk_cache import ChunkCache
+from impl.prefix_cache import PrefixCache
 from impl.records import Req
 from impl.req_pool import ContractViolation
 
@@ -12,7 +13,12 @@ def _require(condition: bool, message: str) -> None:
         raise ContractViolation(message)
 
 
-def release_kv_cache(req: Req, cache: ChunkCache, is_insert: bool = True, speculative: bool = False) -> None:
+def ceil_align(length: int, page_size: int) -> int:
+    """`length` rounded up to a whole number of pages."""
+    return -(-length // page_size) * page_size
+
+
+def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, speculative: bool = False) -> None:
     """Hand back the request's KV range, its over-allocation and its row, then mark the record released."""
     kv = req.kv
     _require((not kv.holds_kv) == kv.is_kv_released, f"request {req.rid}: holds_kv disagrees with the record")
@@ -21,8 +27,12 @@ def release_kv_cache(req: Req, cache: ChunkCache, is_insert: bool = True, specul
         _require(cache.supports_mamba(), f"request {req.rid} holds no KV to release")
         return
     committed_len = kv.kv_committed_len
+    # Upstream asserts this after the cache's finished path has freed; checked first so a refusal frees nothing.
+    _require(speculative or committed_len == kv.kv_allocated_len,
+             f"request {req.rid}: unexpected over-allocated KV [{committed_len}, {kv.kv_allocated_len})")
     cache.cache_finished_req(req, is_insert=is_insert, kv_len_to_handle=committed_len)
-    _release_overallocated_kv(req, committed_len, kv.kv_allocated_len, cache, speculative)
+    _require((not kv.holds_kv) == kv.is_kv_released, f"request {req.rid}: the cache detached the row unreleased")
+    _release_overallocated_kv(req, committed_len, kv.kv_allocated_len, cache)
     pool = cache.req_to_token_pool
     if pool.faults.on("raw_row_free"):
         assert kv.req_pool_idx is not None
@@ -32,16 +42,14 @@ def release_kv_cache(req: Req, cache: ChunkCache, is_insert: bool = True, specul
     kv.mark_kv_released()
 
 
-def _release_overallocated_kv(req: Req, start: int, end: int, cache: ChunkCache, speculative: bool) -> None:
-    if not speculative:
-        _require(start == end, f"request {req.rid}: unexpected over-allocated KV [{start}, {end})")
-    page_size = cache.allocator.page_size
-    start = -(-start // page_size) * page_size  # never share a page with the tail freed just before
+def _release_overallocated_kv(req: Req, start: int, end: int, cache: PrefixCache) -> None:
+    # Aligned up, the range never shares a page with the tail the cache's finished path just freed.
+    start = ceil_align(start, cache.allocator.page_size)
     if start < end:
         cache.free_kv_row(req, [(start, end)])
 
 
-def pp_release_manual(req: Req, cache: ChunkCache, seq_len: int) -> None:
+def pp_release_manual(req: Req, cache: PrefixCache, seq_len: int) -> None:
     """The PP-profiling release as hand-written before PR #37167: raw slots `[0, seq_len)`, then the row.
 
     It skips `kv_len_to_handle`, the cache's finished path (no lock release, `cache_protected_len`
@@ -53,3 +61,15 @@ def pp_release_manual(req: Req, cache: ChunkCache, seq_len: int) -> None:
     cache.free_kv_row(req, [(0, seq_len)])
     cache.req_to_token_pool.free(req)
     kv.mark_kv_released()
+
+
+def reset_for_retract(req: Req) -> None:
+    """`Req.reset_for_retract`: a released record forgets its prefix, lengths and lock, like a fresh request."""
+    _require(not req.kv.holds_kv, f"request {req.rid} still holds a row; release it before the reset")
+    req.kv.cache_protected_len = 0
+    req.kv.kv_committed_len = 0
+    req.inflight_middle_chunks = 0
+    req.prefix_indices = req.prefix_indices.new_empty(0)
+    req.last_node = None
+    req.extend_range_end = 0
+

@@ -1,15 +1,18 @@
-"""Import-time compatibility for upstream SGLang on a CPU-only venv: a narrow stand-in for `torchvision`.
+"""Import-time compatibility for upstream SGLang in a CPU-only venv: a narrow stand-in for `torchvision`.
 
-sglang imports a few torchvision names at module level on the way to its pool classes: `sglang.srt.configs`
+On the way to its pool classes sglang imports a few torchvision names at module level: `sglang.srt.configs`
 (vision-model configs) takes `InterpolationMode` and `functional` from `torchvision.transforms`, and 0.5.18's
 `sglang.srt.utils.common` takes `decode_jpeg` from `torchvision.io`. No CPU torchvision wheel matches the
-pinned CPU torch and the pool classes never call those names, so the adapter registers a stub that carries
-exactly them; calling the stub's `decode_jpeg` raises.
+pinned CPU torch, and the pool classes never call those names, so `prepare_sglang_import` registers a stub that
+carries exactly them. One more repair is needed for 0.5.18's pinned transformers (see
+`repair_auto_image_processor`). Both are applied only by the upstream adapter, never by the reference pool or
+the harness.
 """
 
 from __future__ import annotations
 
 import enum
+import importlib
 import importlib.util
 import sys
 import types
@@ -19,7 +22,7 @@ STUB_MARKER = "__kvlife_stub__"
 
 
 class InterpolationMode(enum.Enum):
-    """The names `torchvision.transforms.InterpolationMode` has; only referenced, never used for images."""
+    """The members sglang's configs name from `torchvision.transforms.InterpolationMode`; never used on images."""
 
     NEAREST = "nearest"
     BILINEAR = "bilinear"
@@ -39,17 +42,23 @@ def _module(name: str, **attrs: object) -> types.ModuleType:
     return module
 
 
+def torchvision_stubbed() -> bool:
+    """Whether the module registered as `torchvision` is this stub."""
+    return bool(getattr(sys.modules.get("torchvision"), STUB_MARKER, False))
+
+
 def install_torchvision_stub() -> bool:
     """Register the stub when torchvision cannot be imported; return whether the stub is in place."""
-    if STUB_MARKER in vars(sys.modules.get("torchvision", types.ModuleType("absent"))):
+    if torchvision_stubbed():
         return True
     if importlib.util.find_spec("torchvision") is not None:
         return False
-    # transformers caches is_torchvision_available(); it must read False (the truth) before the stub
-    # makes find_spec succeed, or transformers would route image processing through the stub.
+    # transformers caches is_torchvision_available(); it must read False (the truth) before the stub makes
+    # find_spec succeed, or transformers would route image processing through the stub.
     from transformers.utils import import_utils
 
-    assert import_utils.is_torchvision_available() is False
+    if import_utils.is_torchvision_available():
+        raise RuntimeError("transformers reports torchvision available although it cannot be imported")
     functional = _module("torchvision.transforms.functional", InterpolationMode=InterpolationMode)
     transforms = _module("torchvision.transforms", InterpolationMode=InterpolationMode, functional=functional)
     io = _module("torchvision.io", decode_jpeg=decode_jpeg)
@@ -57,3 +66,29 @@ def install_torchvision_stub() -> bool:
     for module in (root, transforms, functional, io):
         sys.modules[module.__name__] = module
     return True
+
+
+def repair_auto_image_processor() -> bool:
+    """Expose transformers' real `AutoImageProcessor` where the release hides it without torchvision; return
+    whether it had to."""
+    # transformers 5.12.1 (pinned by sglang 0.5.18) files models/auto/image_processing_auto.py under the
+    # torchvision backend because the file mentions `TorchvisionBackend`, so its top-level AutoImageProcessor
+    # is a placeholder that raises, and sglang's configs call AutoImageProcessor.register at import. The real
+    # class needs only PIL; 5.18 and later file it correctly.
+    from transformers.utils.import_utils import DummyObject
+
+    # processing_utils re-executes transformers/__init__ and replaces sys.modules["transformers"]; import it
+    # first so the repair lands on the module that stays.
+    importlib.import_module("transformers.processing_utils")
+    top = sys.modules["transformers"]
+    if not isinstance(top.AutoImageProcessor, DummyObject):
+        return False
+    auto_module = importlib.import_module("transformers.models.auto.image_processing_auto")
+    vars(top)["AutoImageProcessor"] = auto_module.AutoImageProcessor
+    return True
+
+
+def prepare_sglang_import() -> None:
+    """Everything that must happen before the first `import sglang` in a CPU-only venv."""
+    install_torchvision_stub()
+    repair_auto_image_processor()

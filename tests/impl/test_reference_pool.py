@@ -113,6 +113,11 @@ def test_manual_pp_release_matches_release_kv_cache_here() -> None:
 
 
 def test_pool_config_rejects_what_it_cannot_build() -> None:
-    for bad in ({"rows": 0}, {"tokens": 1 << 30}, {"page_size": 4}, {"cache": "lru"}, {"device": "tpu"}):
+    bad_configs = (
+        {"rows": 0}, {"tokens": 1 << 30}, {"page_size": 3}, {"page_size": 128}, {"page_size": 4, "tokens": 66},
+        {"cache": "lru"}, {"device": "tpu"}, {"row_pool": "beam"}, {"pre_alloc_size": 2},
+        {"row_pool": "decode", "pre_alloc_size": -1}, {"kernel_backend": "cuda-graph"},
+    )
+    for bad in bad_configs:
         with pytest.raises(ValueError):
             PoolConfig(**bad)  # type: ignore[arg-type]

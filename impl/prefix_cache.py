@@ -1,0 +1,34 @@
+"""What the release and allocation paths need from a prefix cache (`ChunkCache` or `RadixCache`)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from impl.allocator import BaseTokenToKVPoolAllocator
+from impl.records import Req
+from impl.req_pool import ReqToTokenPool
+
+
+class PrefixCache(Protocol):
+    """The cache interface of SGLang's `BasePrefixCache` that the memory lifecycle calls."""
+
+    req_to_token_pool: ReqToTokenPool
+    allocator: BaseTokenToKVPoolAllocator
+
+    def supports_mamba(self) -> bool: ...
+
+    def evictable_size(self) -> int: ...
+
+    def protected_size(self) -> int: ...
+
+    def evict(self, num_tokens: int) -> int: ...
+
+    def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor: ...
+
+    def free_kv_row(self, req: Req, ranges: list[tuple[int, int]]) -> None: ...
+
+    def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None: ...
+
+    def cache_unfinished_req(self, req: Req) -> None: ...

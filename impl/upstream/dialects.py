@@ -1,0 +1,172 @@
+"""How each supported sglang version spells the pool's calls and the KV record; the target speaks through one.
+
+Between 0.5.18 and 0.5.23 the record moved. 0.5.18 keeps `req_pool_idx`, `kv_committed_len` and
+`cache_protected_len` on `Req`, and `req.kv` is an optional `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)`
+that release sets to None. 0.5.23 keeps all of them in `req.kv`, a `ReqKvInfo` that is never None and that
+release marks (`mark_kv_released`). The chunk cache moved too: 0.5.18's `ChunkCache` became, in 0.5.23, a
+`UnifiedRadixCache` built with `disable=True` (what sglang builds for `--disable-radix-cache`).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import functools
+import importlib.metadata
+import types
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+from impl.engine import RecordView
+from impl.upstream.compat import prepare_sglang_import
+
+SUPPORTED_VERSIONS = ("0.5.18", "0.5.23")
+SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
+
+
+class UnsupportedUpstream(RuntimeError):
+    """sglang is not installed here, or is a version the adapter does not speak."""
+
+
+def installed_version() -> str:
+    """The installed sglang version, checked against the versions the adapter speaks."""
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise UnsupportedUpstream(f"sglang is not installed in this environment; {SETUP_HINT}") from exc
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedUpstream(
+            f"sglang {version} is not supported by the upstream target; supported: {', '.join(SUPPORTED_VERSIONS)}"
+        )
+    return version
+
+
+def _server_args_fields() -> dict[str, Any]:
+    # The process-wide config sglang's pool code reads (get_spec, get_serving, attention_backends): no
+    # speculative decoding, no radix tree, and the CPU attention backend, whose row writes use torch.
+    return {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
+
+
+class Dialect(abc.ABC):
+    """The calls both versions share; subclasses add what differs (record fields, stash, release, cache)."""
+
+    version = ""
+    # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can refuse.
+    glue_fields: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        prepare_sglang_import()
+        from sglang.srt.managers import schedule_batch
+        from sglang.srt.mem_cache import allocator, common, memory_pool
+        from sglang.srt.runtime_context import publish
+        from sglang.srt.sampling.sampling_params import SamplingParams
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        self.schedule_batch = schedule_batch
+        self.memory_pool = memory_pool
+        self.allocator = allocator
+        self.common = common
+        self.sampling_params = SamplingParams
+        self.no_speculation = SpeculativeAlgorithm.NONE
+        publish(ServerArgs(**_server_args_fields()), role="scheduler")
+
+    def new_pool(self, rows: int, width: int) -> Any:
+        return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
+
+    def new_allocator(self, tokens: int, need_sort: bool) -> Any:
+        # dtype and kvcache only size the KV buffers, which the allocator itself never touches.
+        return self.allocator.TokenToKVPoolAllocator(tokens, self._kv_dtype(), "cpu", None, need_sort)
+
+    def new_req(self, rid: int, max_new_tokens: int) -> Any:
+        params = self.sampling_params(max_new_tokens=max_new_tokens)
+        return self.schedule_batch.Req(str(rid), "", array("q"), params)
+
+    def new_batch(self, req: Any, pool: Any, allocator: Any, cache: Any) -> Any:
+        """`ScheduleBatch.init_new` for one request; the model config is a stand-in (see `_model_config`)."""
+        return self.schedule_batch.ScheduleBatch.init_new(
+            [req], pool, allocator, cache, _model_config(), False, self.no_speculation
+        )
+
+    def save_request(self, req: Any) -> Callable[[], None]:
+        """A closure that puts back the fields an extend writes before upstream allocates, for a refused extend."""
+        saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
+        protected_len = self.protected_len(req)
+
+        def restore() -> None:
+            for name, value in saved.items():
+                setattr(req, name, value)
+            self.set_protected_len(req, protected_len)
+
+        return restore
+
+    def mark_finished(self, req: Any) -> None:
+        """What the result processor's finish check leaves on a request that ran out of length."""
+        req.finished_reason = self.schedule_batch.FINISH_LENGTH(length=len(req.output_ids))
+
+    @abc.abstractmethod
+    def new_cache(self, pool: Any, allocator: Any) -> Any:
+        """The prefix cache sglang builds with the radix tree disabled."""
+
+    @abc.abstractmethod
+    def row(self, req: Any) -> int | None:
+        """The record's `req_pool_idx`."""
+
+    @abc.abstractmethod
+    def set_row(self, req: Any, row: int | None) -> None:
+        """Write `req_pool_idx` directly, as a bypassed free would have left it."""
+
+    @abc.abstractmethod
+    def committed_len(self, req: Any) -> int:
+        """The record's `kv_committed_len`."""
+
+    @abc.abstractmethod
+    def protected_len(self, req: Any) -> int:
+        """The record's `cache_protected_len`."""
+
+    @abc.abstractmethod
+    def set_protected_len(self, req: Any, length: int) -> None:
+        """Write `cache_protected_len` back (a refused extend's rematch may have set it)."""
+
+    @abc.abstractmethod
+    def record_view(self, req: Any, status: str, prompt_len: int | None) -> RecordView:
+        """The record and the request's prefix and extend range as plain values (no tree, so no lock)."""
+
+    @abc.abstractmethod
+    def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
+        """The scheduler's steps before `prepare_for_extend`: match the prefix afresh (a new or released
+        request) or refresh the fill ids only (a continuation), then set the extend range to end at `seq_len`."""
+
+    @abc.abstractmethod
+    def stash(self, req: Any, cache: Any) -> None:
+        """The stash after an extend that leaves the request unfinished (the next chunk reads it)."""
+
+    @abc.abstractmethod
+    def release(self, req: Any, cache: Any, insert: bool) -> None:
+        """`release_kv_cache` with insertion into the tree on or off."""
+
+    @abc.abstractmethod
+    def pp_release_manual(self, req: Any, cache: Any) -> None:
+        """The hand-written PP-profiling release that `release_kv_cache` replaced."""
+
+    def _kv_dtype(self) -> Any:
+        import torch
+
+        return torch.float16
+
+
+def _model_config() -> types.SimpleNamespace:
+    # ScheduleBatch reads two fields of the model config on these paths: a decoder-only model, and a vocab
+    # size for the sampling info. Building a real ModelConfig would need a model on disk.
+    return types.SimpleNamespace(is_encoder_decoder=False, vocab_size=32000)
+
+
+@functools.cache
+def load_dialect() -> Dialect:
+    """Import the installed sglang (once per process) and return the dialect that speaks it."""
+    version = installed_version()
+    from impl.upstream import v0518, v0523
+
+    dialect: Dialect = v0523.Dialect0523() if version == "0.5.23" else v0518.Dialect0518()
+    return dialect
