@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 verify: setup
 	@$(BIN)/python -m model prove
-	@$(BIN)/python -m fuzz run --profile ci
-	@echo "verify: all theorems match the manifest; lockstep fuzzing found nothing"
+	@echo "crosshair: checking the page-arithmetic contracts (model/pagemath.py)"
+	@$(BIN)/crosshair check model.pagemath --per_condition_timeout 5 && echo "crosshair: every contract holds"
+	@$(BIN)/python -m fuzz run --profile ci --pool chunk-p1
+	@$(BIN)/python -m fuzz run --profile ci --pool radix-p4
+	@echo "verify: theorems match the manifest, contracts hold, lockstep fuzzing found nothing"
 
 test: setup
 	@# One torch thread per xdist worker: two workers on two cores, not two workers fighting over four threads.
@@ -30,6 +33,12 @@ test: setup
 lint: setup
 	@$(BIN)/ruff check .
 	@$(BIN)/mypy
+
+bench: setup
+	@$(BIN)/python -m bench
+
+gpu-check: setup
+	@scripts/gpu_check.sh
 
 replay: setup
 	@test -n "$(CE)" || { echo "usage: make replay CE=path/to/trace.json" >&2; exit 2; }

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fuzz.profiles import DEFAULT_POOL, PROFILES
+from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
 from impl.faults import FAULTS
@@ -30,6 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="fuzz the reference pool in lockstep with the model")
     r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
+    r.add_argument("--pool", choices=sorted(POOLS), default="chunk-p1", help="which pool shape to fuzz")
     r.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
                    help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}")
     r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
@@ -47,11 +48,12 @@ def _run(args: argparse.Namespace) -> int:
     seed = args.seed
     if seed is None and not profile.derandomize:
         seed = int.from_bytes(__import__("os").urandom(4), "little")
-    config = {**DEFAULT_POOL, "faults": sorted(set(args.fault))}
+    config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
     print(f"fuzz run: profile {profile.name}, seed {seed if seed is not None else 'derandomized'}, "
           f"faults {', '.join(args.fault) or 'none'}", flush=True)
-    print(f"  pool: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
-          f"page size {config['page_size']}, {config['cache']} cache, {config['device']}", flush=True)
+    print(f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
+          f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
+          f"{config['device']}", flush=True)
     result = run(config, profile, seed, args.out, args.db)
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")

@@ -1,8 +1,9 @@
 """The lockstep driver: one step runs on the model and on a real pool, and the two are compared.
 
-The model judges every call before it is made (legal or forbidden) and every choice the pool makes
-(which row); after the step, the pool's observation must equal the model's, and every invariant must
-hold on the pool's own tensors. The driver does not need Hypothesis: the fuzzer and replay share it.
+The model judges every call before it is made (legal or forbidden) and every choice the pool makes (which
+row it handed out, how much of an inserted key the tree already held, how much an eviction freed); after
+the step, the pool's observation must equal the model's, and every invariant must hold on the pool's own
+tensors. The driver does not need Hypothesis: the fuzzer and replay share it.
 """
 
 from __future__ import annotations
@@ -19,18 +20,28 @@ from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
 
-# How each op reaches the target, from the step's arguments (and, for reuse_released, the stale row).
-_CALLS: dict[str, Callable[[Any, dict[str, int]], Any]] = {
-    "admit": lambda t, a: t.admit(a["req"], a["n"]),
+Call = Callable[[Any, dict[str, int]], Any]
+
+# How each op reaches the target.
+_CALLS: dict[str, Call] = {
+    "admit": lambda t, a: t.admit(a["req"], a["n"], prompt_len=a["prompt"], family=a["family"]),
     "extend": lambda t, a: t.extend(a["req"], a["n"]),
     "decode": lambda t, a: t.decode(a["req"]),
+    "spec_prepare": lambda t, a: t.spec_prepare(a["req"], a["reserve"]),
+    "spec_commit": lambda t, a: t.spec_commit(a["req"], a["accepted"]),
     "finish": lambda t, a: t.finish(a["req"]),
     "pp_release": lambda t, a: t.pp_release(a["req"]),
     "pp_release_manual": lambda t, a: t.pp_release_manual(a["req"]),
+    "retract": lambda t, a: t.retract(a["req"]),
+    "abort": lambda t, a: t.abort(a["req"]),
+    "evict": lambda t, a: t.evict(a["n"]),
+    "flush": lambda t, a: t.flush(),
+    "pd_prealloc": lambda t, a: t.pd_prealloc(a["req"], a["fill"]),
     "reuse_released": lambda t, a: t.reuse_released(a["req"], a["row"], a["n"]),
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
+OPS = frozenset(_CALLS)
 
 
 class StepFailed(AssertionError):
@@ -41,16 +52,27 @@ class StepFailed(AssertionError):
         self.failure = failure
 
 
+POOL_KEYS = ("rows", "tokens", "width", "page_size", "cache", "device", "speculative")
+
+
 def pool_config(config: dict[str, Any]) -> PoolConfig:
     """The pool config a trace config describes (raises ValueError for sizes the pool does not support)."""
-    keys = ("rows", "tokens", "width", "page_size", "cache", "device")
-    return PoolConfig(**{k: config[k] for k in keys})
+    return PoolConfig(**{k: config[k] for k in POOL_KEYS if k in config}, evict_on_demand=False)
+
+
+def model_sizes(config: dict[str, Any]) -> Sizes:
+    return Sizes(config["rows"], config["tokens"], config["width"], config.get("page_size", 1),
+                 config.get("cache") == "radix", bool(config.get("speculative", False)))
 
 
 def make_target(config: dict[str, Any]) -> ReferencePool:
     if config.get("target", "reference") != "reference":
         raise ValueError(f"target {config['target']!r} is not available in this build")
     return ReferencePool(pool_config(config), FaultSet.of(config.get("faults", [])))
+
+
+def _tree_size(snap: PoolSnapshot) -> int:
+    return snap.evictable_size + snap.protected_size
 
 
 @dataclass
@@ -60,59 +82,102 @@ class Lockstep:
     config: dict[str, Any]
     target: ReferencePool = field(init=False)
     model: Model = field(init=False)
+    snap: PoolSnapshot = field(init=False)
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.target = make_target(self.config)
-        self.model = Model(Sizes(self.config["rows"], self.config["tokens"], self.config["width"]))
+        self.model = Model(model_sizes(self.config))
+        self.snap = self.target.snapshot()
 
-    def step(self, op: str, args: dict[str, int]) -> Failure | None:
+    def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
         """Run one step on both sides; the failure it shows, if any. The step is recorded either way."""
-        index = len(self.steps)
+        index, before = len(self.steps), self.snap
+        args = {**inputs, **self._prefix(op, inputs)}
         legal = self.model.enabled(op, args)
-        before = self.target.snapshot() if not legal else None
         try:
             result = _CALLS[op](self.target, args)
         except Refused as exc:
-            self.steps.append(Step(op, dict(args)))
+            self.steps.append(Step(op, args))
             return self._refused(index, op, args, legal, str(exc), before)
-        choice = {"row": result} if self.model.action(op).choice else {}
-        self.steps.append(Step(op, dict(args), choice))
+        self.snap = self.target.snapshot()
+        choice = self._choices(op, args, result, before, self.snap)
+        self.steps.append(Step(op, args, choice))
         if not legal:
-            return Failure(index, "accepted-forbidden", op, f"the pool accepted {_call(op, args)}, "
-                           "which the contract forbids in this state")
+            return self._accepted_forbidden(index, op, args)
         return self._judge(index, op, {**args, **choice}) or self._observe(index)
 
+    def _prefix(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
+        """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
+        if op == "admit":
+            return {"prefix": self.target.peek_prefix(inputs["family"], inputs["prompt"])}
+        if op == "extend":
+            record = self.snap.records.get(inputs["req"])
+            if record is not None and record.row is not None:
+                return {"prefix": record.protected_len}
+            return {"prefix": self.target.peek_prefix_of(inputs["req"]) if record is not None else 0}
+        return {}
+
+    def _choices(self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot,
+                 after: PoolSnapshot) -> dict[str, int]:
+        """What the pool chose, read from its answer and from what its tree gained."""
+        action = self.model.action(op)
+        choice: dict[str, int] = {}
+        if "row" in action.choice:
+            choice["row"] = result
+        if "freed" in action.choice:
+            choice["freed"] = result
+        if "dup" in action.choice:
+            choice["dup"] = self._dup(op, args, before, after)
+        return choice
+
+    def _dup(self, op: str, args: dict[str, int], before: PoolSnapshot, after: PoolSnapshot) -> int:
+        """Of the key the step inserted into the tree, the part the tree already held."""
+        if self.config.get("cache") != "radix":
+            return 0
+        gained = _tree_size(after) - _tree_size(before)
+        page = self.config.get("page_size", 1)
+        if op in ("admit", "extend"):
+            return after.records[args["req"]].protected_len - gained
+        record = before.records[args["req"]]
+        return record.committed_len // page * page - gained
+
     def _refused(
-        self, index: int, op: str, args: dict[str, int], legal: bool, reason: str, before: PoolSnapshot | None
+        self, index: int, op: str, args: dict[str, int], legal: bool, reason: str, before: PoolSnapshot
     ) -> Failure | None:
+        self.snap = self.target.snapshot()
         if legal:
             return Failure(index, "refused-legal", op, f"the pool refused {_call(op, args)}: {reason}")
-        assert before is not None
-        changes = observe(before).differences(observe(self.target.snapshot()))
+        changes = observe(before).differences(observe(self.snap))
         if changes:
             return Failure(index, "refusal-changed-state", op,
                            f"{_call(op, args)} was refused ({reason}) but changed " + "; ".join(changes))
         return None
 
+    def _accepted_forbidden(self, index: int, op: str, args: dict[str, int]) -> Failure:
+        # What the forbidden call did to the pool, in the invariants' words, so the failure shows its damage.
+        damage = "; ".join(f"{i}: {m}" for i, m in check_snapshot(self.snap))
+        return Failure(index, "accepted-forbidden", op, f"the pool accepted {_call(op, args)}, which the contract "
+                       "forbids in this state" + (f"; afterwards {damage}" if damage else ""))
+
     def _judge(self, index: int, op: str, args: dict[str, int]) -> Failure | None:
         if not self.model.choice_ok(op, args):
-            return Failure(index, "illegal-choice", op, f"the pool chose row {args.get('row')} for "
-                           f"{_call(op, args)}, which is not free and not the request's own")
+            chosen = ", ".join(f"{k}={args[k]}" for k in self.model.action(op).choice)
+            return Failure(index, "illegal-choice", op, f"the pool chose {chosen} for {_call(op, args)}, "
+                           "which the contract does not allow here")
         self.model.step(op, args)
-        if "row" in args and op in ("admit", "extend"):
+        if "row" in args and op in ("admit", "extend", "pd_prealloc"):
             self.last_row[args["req"]] = args["row"]
         return None
 
     def _observe(self, index: int) -> Failure | None:
-        snap = self.target.snapshot()
-        violations = check_snapshot(snap)
+        violations = check_snapshot(self.snap)
         if violations:
             inv_id = violations[0][0]
             messages = [m for i, m in violations if i == inv_id]
             return Failure(index, "invariant", inv_id, "; ".join(messages))
-        diffs = self.model.observe().differences(observe(snap))
+        diffs = self.model.observe().differences(observe(self.snap))
         if diffs:
             return Failure(index, "mismatch", "abstraction", "model and pool disagree: " + "; ".join(diffs))
         return None

@@ -1,8 +1,8 @@
 """The lockstep Hypothesis state machine: rules draw lifecycle steps, `Lockstep` runs and judges them.
 
-Requests are referred to by id; a rule draws among the ids the model knows in the right status (live or
-released), so shrinking keeps every step meaningful. Negative rules make calls the contract forbids on
-released records and expect the pool to refuse them unchanged.
+Requests are referred to by id; a rule draws among the ids the model knows in the right status, so that
+shrinking keeps every step meaningful. Negative rules make calls the contract forbids on released records
+and expect the pool to refuse them unchanged.
 """
 
 from __future__ import annotations
@@ -14,15 +14,21 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from fuzz.lockstep import Lockstep, StepFailed
-from properties.snapshot import LIVE_STATUSES, STATUS_DONE, STATUS_PREFILL
+from model.actions import manual_release_preconditions
+from model.interp import PY
+from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
 
 PREFILL = frozenset({STATUS_PREFILL})
+DECODING = frozenset({STATUS_DECODE})
+LIVE = PREFILL | DECODING
 RELEASED = frozenset({STATUS_DONE})
+READMITTABLE = frozenset({STATUS_DONE, STATUS_WAITING})
+FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
 
 
 @dataclass
 class Recorder:
-    """What the runner needs after Hypothesis returns: the last run's lockstep, and the step count."""
+    """What the runner needs after Hypothesis returns: the last run's lockstep, and what was run."""
 
     config: dict[str, Any]
     last: Lockstep | None = None
@@ -35,6 +41,8 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     """A state machine class bound to `recorder` (Hypothesis instantiates it once per test case)."""
     width = recorder.config["width"]
     lengths = st.integers(min_value=1, max_value=width)
+    radix = recorder.config.get("cache") == "radix"
+    speculative = bool(recorder.config.get("speculative"))
 
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -55,42 +63,90 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             s = self.lock.model.state
             return [r for r in self.lock.model.known_requests() if s.rec_status.get(r) in statuses]
 
-        def has_live(self) -> bool:
-            return bool(self._ids(LIVE_STATUSES))
+        def _pick(self, data: st.DataObject, statuses: frozenset[int]) -> int:
+            return data.draw(st.sampled_from(self._ids(statuses)), label="req")
+
+        def _new_rid(self) -> int:
+            self.next_rid += 1
+            return self.next_rid - 1
 
         def has_prefill(self) -> bool:
             return bool(self._ids(PREFILL))
 
+        def has_decoding(self) -> bool:
+            return bool(self._ids(DECODING))
+
+        def has_live(self) -> bool:
+            return bool(self._ids(LIVE))
+
         def has_released(self) -> bool:
             return bool(self._ids(RELEASED))
 
-        def _pick(self, data: st.DataObject, statuses: frozenset[int]) -> int:
-            return data.draw(st.sampled_from(self._ids(statuses)), label="req")
+        def has_readmittable(self) -> bool:
+            return bool(self._ids(READMITTABLE))
 
-        @rule(n=lengths)
-        def admit(self, n: int) -> None:
-            self.next_rid += 1
-            self._do("admit", {"req": self.next_rid - 1, "n": n})
+        @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1))
+        def admit(self, prompt: int, n: int, family: int) -> None:
+            self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family})
+
+        @rule(fill=lengths)
+        def pd_prealloc(self, fill: int) -> None:
+            self._do("pd_prealloc", {"req": self._new_rid(), "fill": fill})
 
         @precondition(has_prefill)
         @rule(data=st.data(), n=lengths)
         def extend(self, data: st.DataObject, n: int) -> None:
             self._do("extend", {"req": self._pick(data, PREFILL), "n": n})
 
-        @precondition(has_released)
+        @precondition(has_readmittable)
         @rule(data=st.data(), n=lengths)
         def readmit(self, data: st.DataObject, n: int) -> None:
-            self._do("extend", {"req": self._pick(data, RELEASED), "n": n})
+            self._do("extend", {"req": self._pick(data, READMITTABLE), "n": n})
+
+        @precondition(has_decoding)
+        @rule(data=st.data())
+        def decode(self, data: st.DataObject) -> None:
+            self._do("decode", {"req": self._pick(data, DECODING)})
+
+        @precondition(lambda self: speculative and self.has_decoding())
+        @rule(data=st.data(), reserve=st.integers(1, 8))
+        def spec_prepare(self, data: st.DataObject, reserve: int) -> None:
+            self._do("spec_prepare", {"req": self._pick(data, DECODING), "reserve": reserve})
+
+        @precondition(lambda self: speculative and self.has_decoding())
+        @rule(data=st.data(), accepted=st.integers(1, 8))
+        def spec_commit(self, data: st.DataObject, accepted: int) -> None:
+            self._do("spec_commit", {"req": self._pick(data, DECODING), "accepted": accepted})
+
+        @precondition(has_live)
+        @rule(data=st.data(), path=st.sampled_from(["finish", "pp_release", "retract", "abort"]))
+        def release(self, data: st.DataObject, path: str) -> None:
+            self._do(path, {"req": self._pick(data, LIVE)})
 
         @precondition(has_live)
         @rule(data=st.data())
-        def decode(self, data: st.DataObject) -> None:
-            self._do("decode", {"req": self._pick(data, LIVE_STATUSES)})
+        def pp_release_manual(self, data: st.DataObject) -> None:
+            # The hand-written release is only ever called under PR #37167's preconditions.
+            m = self.lock.model
+            ok = [r for r in self._ids(LIVE) if all(manual_release_preconditions(PY, m.sizes, m.state, r))]
+            if ok:
+                self._do("pp_release_manual", {"req": data.draw(st.sampled_from(ok), label="req")})
 
-        @precondition(has_live)
-        @rule(data=st.data(), path=st.sampled_from(["finish", "pp_release", "pp_release_manual"]))
-        def release(self, data: st.DataObject, path: str) -> None:
-            self._do(path, {"req": self._pick(data, LIVE_STATUSES)})
+        @precondition(lambda self: bool(self._ids(frozenset({STATUS_WAITING}))))
+        @rule(data=st.data())
+        def abort_waiting(self, data: st.DataObject) -> None:
+            self._do("abort", {"req": self._pick(data, frozenset({STATUS_WAITING}))})
+
+        @precondition(lambda self: radix)
+        @rule(n=lengths)
+        def evict(self, n: int) -> None:
+            self._do("evict", {"n": n})
+
+        # Flushing is for an idle pool: drawn only once no request holds a row (waiting ones make it a refusal).
+        @precondition(lambda self: self.lock.model.state.n_held_rows == 0)
+        @rule()
+        def flush(self) -> None:
+            self._do("flush", {})
 
         @precondition(has_released)
         @rule(data=st.data(), n=lengths)

@@ -9,9 +9,14 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-# The pool every profile fuzzes unless told otherwise: small, so that rows and slots run out often.
-DEFAULT_POOL = {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32,
-                "page_size": 1, "cache": "chunk"}
+# The pools runs fuzz: small, so that rows, slots and pages run out often.
+POOLS: dict[str, dict[str, Any]] = {
+    "chunk-p1": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 1,
+                 "cache": "chunk", "speculative": False},
+    "radix-p4": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 4,
+                 "cache": "radix", "speculative": True},
+}
+DEFAULT_POOL = POOLS["chunk-p1"]
 
 
 @dataclass(frozen=True)

@@ -298,9 +298,10 @@ class ReferencePool:
         req.status = ReqStatus.FINISHED
 
     def pp_release_manual(self, rid: int) -> None:
-        """PP-profiling release as hand-written before PR #37167 (frees `[0, kv_committed_len)` raw)."""
+        """PP-profiling release as hand-written before PR #37167: frees `[0, seq_len)` raw, `seq_len` being the
+        profiling extend's end (`extend_range.end`)."""
         req = self._running(rid)
-        self._contract(lambda: pp_release_manual(req, self.cache, req.kv.kv_committed_len))
+        self._contract(lambda: pp_release_manual(req, self.cache, req.extend_range_end))
         req.status = ReqStatus.FINISHED
 
     # -- tree and pool maintenance ---------------------------------------------------------------------------
@@ -533,7 +534,8 @@ class ReferencePool:
 
     def _record_view(self, req: Req) -> RecordView:
         kv = req.kv
-        root = self.tree.root if self.tree is not None else None
+        # A lock is held on a node below a root; a handle on a root (of this tree or a reset one) locks nothing.
+        locked = isinstance(req.last_node, TreeNode) and req.last_node.parent is not None
         return RecordView(
             row=kv.req_pool_idx,
             protected_len=kv.cache_protected_len,
@@ -542,7 +544,7 @@ class ReferencePool:
             inflight_middle_chunks=req.inflight_middle_chunks,
             status=req.status.value,
             prefix_len=req.prefix_indices.numel(),
-            tree_locked=req.last_node is not None and req.last_node is not root,
+            tree_locked=locked,
             extend_end=req.extend_range_end,
             prompt_len=req.prompt_len,
         )

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from model.prove import SOLVER_TIMEOUT_MS, Result
-from model.theorems import THEOREMS, TRACE_CONFIG, Theorem
+from model.theorems import THEOREMS, Theorem, trace_config
 from model.trace import Failure, Trace, dump
 
 MANIFEST = Path(__file__).with_name("manifest.json")
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model prove: unknown theorem in --only; known: {', '.join(t.name for t in THEOREMS)}", file=sys.stderr)
         return 2
     timeout_ms = int(args.timeout * 1000)
-    print(f"{'theorem':<34} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
+    print(f"{'theorem':<42} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
     mismatches = []
     for theorem in chosen:
         result = theorem.run(theorem.name, timeout_ms)
@@ -96,7 +96,7 @@ def _row(result: Result, want: dict[str, Any] | None, ok: bool) -> str:
     expect = "(none in manifest)"
     if want is not None:
         expect = want["outcome"] + (f"@{want['depth']}" if "depth" in want else "")
-    line = f"{result.theorem:<34} {result.outcome:<9} {depth:>5} {result.seconds:>8.3f}  {expect}"
+    line = f"{result.theorem:<42} {result.outcome:<9} {depth:>5} {result.seconds:>8.3f}  {expect}"
     if not ok:
         line += "  MISMATCH"
     if result.detail and (not ok or result.outcome != "proved"):
@@ -111,9 +111,9 @@ def _export(theorem: Theorem, result: Result, out_dir: Path) -> Path:
         step=len(result.steps) - 1,
         kind="invariant",
         id=theorem.violates or "theorem",
-        message=f"{theorem.statement} (found by Z3 at depth {result.depth})",
+        message=f"{theorem.statement} (found by Z3 at depth {result.depth}): {result.detail}".rstrip(": "),
     )
-    config = {**TRACE_CONFIG, "faults": sorted(theorem.faults)}
+    config = trace_config(theorem.shape, theorem.faults)
     trace = Trace(config, None, result.steps, failure, {"source": "z3", "theorem": theorem.name})
     path = out_dir / f"{name}.json"
     dump(trace, path)

@@ -1,9 +1,13 @@
 """The lifecycle actions, each written once as a guard and an update over `State`.
 
-`enabled` is what the caller can know before the call (is it legal at all?); `choice_ok` judges the
-implementation's choice (which row it handed out), given as an argument. The transition relation is
-`enabled and choice_ok and s' == update(s)`. A fault variant replaces one contract action when its fault
-is on; it re-creates a historical bug so the prover can show what the contract's guards prevent.
+`enabled` is what the caller can know before the call (is it legal at all?); `choice_ok` judges what the
+implementation chose during the call and reported as an argument: the row it handed out (`row`) and, with a
+prefix tree, how much of an inserted key the tree already held (`dup`, the duplicates freed) or how much an
+eviction freed (`freed`). The prefix a request matches on admission (`prefix`) is an argument the caller
+reads from the tree before the call. The transition relation is `enabled and choice_ok and s' == update(s)`.
+
+A fault variant replaces one contract action when its fault is on: it re-creates a historical bug so the
+prover can show what the contract's guards prevent.
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from typing import Any
 
 from model.interp import PyOps
 from model.state import NO_OWNER, Sizes, State
-from properties.invariants import holds, live_status, row_free
-from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_NEW, STATUS_PREFILL
+from properties.invariants import ceil_align, holds, live_status, page_floor, row_free
+from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_NEW, STATUS_PREFILL, STATUS_WAITING
 
 Args = dict[str, Any]
 Fn = Callable[[Any, Sizes, State, Args], Any]
@@ -60,7 +64,32 @@ def _set(o: Any, s: State, i: Any, **values: Any) -> State:
     return s.but(**{f: o.store(getattr(s, f), i, v) for f, v in values.items()})
 
 
-# -- guards shared by several actions --------------------------------------------------------------------
+def _status(o: Any, s: State, req: Any) -> Any:
+    return _sel(o, s, "rec_status", req)
+
+
+def _readmit_prompt(o: Any, s: State, req: Any) -> Any:
+    """A re-admitted request recomputes everything it had: its prompt and any outputs (`len(fill_ids)`)."""
+    C, prompt = _sel(o, s, "rec_C", req), _sel(o, s, "rec_prompt", req)
+    return o.If(prompt < C, C, prompt)
+
+
+def _active(o: Any, status: Any) -> Any:
+    return o.If(o.Or(live_status(o, status), status == STATUS_WAITING), 1, 0)
+
+
+def _set_status(o: Any, s: State, req: Any, status: Any) -> State:
+    """Move `req` to `status`, keeping the count of requests the scheduler still has."""
+    s = s.but(n_active=s.n_active + _active(o, status) - _active(o, _status(o, s, req)))
+    return _set(o, s, req, rec_status=status)
+
+
+def own_slots(o: Any, p: Sizes, s: State, req: Any) -> Any:
+    """The slots a holding record owns alone: its pages from `P` up to `ceil_align(A)`."""
+    return ceil_align(o, p, _sel(o, s, "rec_A", req)) - _sel(o, s, "rec_P", req)
+
+
+# -- guards shared by several actions ---------------------------------------------------------------------
 
 
 def reuse_ok_record(o: Any, s: State, req: Any) -> Any:
@@ -73,40 +102,67 @@ def reuse_ok_legacy(o: Any, s: State, req: Any) -> Any:
     return o.Or(_sel(o, s, "rec_inflight", req) > 0, _sel(o, s, "rec_C", req) > 0)
 
 
-def _slots_ok(o: Any, s: State, n: Any) -> Any:
-    return o.And(n >= 1, n <= s.n_free_slots)
-
-
-def _releasable(o: Any, s: State, req: Any) -> Any:
-    """release_kv_cache's asserts on a non-speculative record: it holds KV, and nothing is over-allocated."""
-    A = _sel(o, s, "rec_A", req)
-    return o.And(holds(o, s, req), A > 0, _sel(o, s, "rec_C", req) == A)
+def _releasable(o: Any, p: Sizes, s: State, req: Any) -> Any:
+    """release_kv_cache's asserts: it holds KV (the entry sentinel), and without speculation C == A."""
+    A, C = _sel(o, s, "rec_A", req), _sel(o, s, "rec_C", req)
+    exact = True if p.speculative else A == C
+    return o.And(holds(o, s, req), A > 0, exact)
 
 
 def _running(o: Any, s: State, req: Any) -> Any:
-    return live_status(o, _sel(o, s, "rec_status", req))
+    return live_status(o, _status(o, s, req))
 
 
-# -- updates shared by several actions --------------------------------------------------------------------
+def _prefix_ok(o: Any, p: Sizes, s: State, prefix: Any, prompt: Any) -> Any:
+    """A matched prefix: nothing without a tree; with one, whole pages, short of the prompt, held by the tree."""
+    if not p.radix:
+        return prefix == 0
+    aligned = page_floor(o, p, prefix) == prefix
+    return o.And(prefix >= 0, aligned, prefix <= page_floor(o, p, prompt - 1), prefix <= s.tree_slots)
 
 
-def _take_row(o: Any, s: State, req: Any, row: Any, n: Any) -> State:
-    """Hand `row` to `req` and give it `n` fresh slots from position 0."""
+def _dup_ok(o: Any, p: Sizes, s: State, low: Any, key_len: Any, dup: Any) -> Any:
+    """An insert of `key_len` tokens found `dup` of them already cached, at least the `low` the request locked."""
+    if not p.radix:
+        return True
+    return o.And(low <= dup, dup <= key_len, dup <= s.tree_slots, page_floor(o, p, dup) == dup)
+
+
+# -- updates shared by several actions ---------------------------------------------------------------------
+
+
+def _take_row(o: Any, p: Sizes, s: State, req: Any, row: Any, prefix: Any, seq: Any, prompt: Any) -> State:
+    """Hand `row` to `req`, lock its matched `prefix`, and give it fresh pages for `[prefix, seq)`."""
+    new = ceil_align(o, p, seq) - prefix
     s = _set(o, s, row, row_held=True, row_owner=req, row_gen=_sel(o, s, "row_gen", row) + 1)
-    s = _set(o, s, req, rec_status=STATUS_PREFILL, rec_row=row, rec_P=0, rec_C=n, rec_A=n, rec_inflight=0)
-    return s.but(
-        n_free_rows=s.n_free_rows - 1,
-        n_held_rows=s.n_held_rows + 1,
-        n_free_slots=s.n_free_slots - n,
-        owned_slots=s.owned_slots + n,
-    )
+    s = _set(o, s, req, rec_row=row, rec_P=prefix, rec_C=seq, rec_A=seq, rec_end=seq, rec_prompt=prompt,
+             rec_inflight=0, rec_locked=o.If(prefix > 0, 1, 0))
+    return s.but(n_free_rows=s.n_free_rows - 1, n_held_rows=s.n_held_rows + 1,
+                 n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
-def _grow(o: Any, s: State, req: Any, n: Any) -> State:
-    """Extend a holding record in place by `n` committed and allocated slots."""
-    C = _sel(o, s, "rec_C", req)
-    s = _set(o, s, req, rec_status=STATUS_PREFILL, rec_C=C + n, rec_A=C + n)
-    return s.but(n_free_slots=s.n_free_slots - n, owned_slots=s.owned_slots + n)
+def _grow(o: Any, p: Sizes, s: State, req: Any, seq: Any) -> State:
+    """The next chunk of a holding record, in place: pages up to `ceil_align(seq)`."""
+    new = ceil_align(o, p, seq) - ceil_align(o, p, _sel(o, s, "rec_A", req))
+    s = _set(o, s, req, rec_C=seq, rec_A=seq, rec_end=seq)
+    return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
+
+
+def _stash(o: Any, p: Sizes, s: State, req: Any, dup: Any) -> State:
+    """`cache_unfinished_req` on a tree: `[0, page_floor(C))` becomes tree-owned, duplicates `[P, dup)` freed,
+    and the record's protected prefix and lock move up to the inserted key."""
+    if not p.radix:
+        return s
+    P, key_len = _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req))
+    s = s.but(tree_slots=s.tree_slots + key_len - dup, n_free_slots=s.n_free_slots + dup - P,
+              owned_slots=s.owned_slots - (key_len - P))
+    return _set(o, s, req, rec_P=key_len, rec_locked=o.If(key_len > 0, 1, 0))
+
+
+def _after_prefill(o: Any, s: State, req: Any) -> State:
+    """A request whose prompt is all in KV decodes next; otherwise it waits for its next chunk."""
+    done = _sel(o, s, "rec_C", req) >= _sel(o, s, "rec_prompt", req)
+    return _set_status(o, s, req, o.If(done, STATUS_DECODE, STATUS_PREFILL))
 
 
 def _return_row(o: Any, s: State, row: Any) -> State:
@@ -114,114 +170,287 @@ def _return_row(o: Any, s: State, row: Any) -> State:
     return s.but(n_free_rows=s.n_free_rows + 1, n_held_rows=s.n_held_rows - 1)
 
 
-def _release(o: Any, s: State, req: Any, freed: Any, clear_row: bool = True, status: Any = STATUS_DONE) -> State:
-    """Free `freed` slots, return the row, drop the record's ownership and mark it released."""
-    P, A, row = (_sel(o, s, f, req) for f in ("rec_P", "rec_A", "rec_row"))
-    s = s.but(n_free_slots=s.n_free_slots + freed, owned_slots=s.owned_slots - (A - P))
-    s = _return_row(o, s, row)
-    s = _set(o, s, req, rec_A=0, rec_status=status)
+def _release(o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear_row: bool = True) -> State:
+    """`release_kv_cache`: with `insert`, `[0, page_floor(C))` goes to the tree (duplicates freed); every other
+    page of the record is freed; the lock is released, the row returned and the record marked released."""
+    C, row = _sel(o, s, "rec_C", req), _sel(o, s, "rec_row", req)
+    owned = own_slots(o, p, s, req)
+    cached = page_floor(o, p, C) - dup if (insert and p.radix) else 0
+    s = s.but(n_free_slots=s.n_free_slots + owned - cached, tree_slots=s.tree_slots + cached,
+              owned_slots=s.owned_slots - owned)
+    s = _set(o, _return_row(o, s, row), req, rec_A=0, rec_locked=0)
     return _set(o, s, req, rec_row=0) if clear_row else s
 
 
-def _own_range(o: Any, s: State, req: Any) -> Any:
-    return _sel(o, s, "rec_A", req) - _sel(o, s, "rec_P", req)
+def _reset_for_retract(o: Any, s: State, req: Any) -> State:
+    """`reset_for_retract`; the request's prompt becomes all it has computed, outputs included."""
+    s = _set(o, s, req, rec_P=0, rec_C=0, rec_end=0, rec_inflight=0, rec_prompt=_readmit_prompt(o, s, req))
+    return _set_status(o, s, req, STATUS_WAITING)
 
 
 # -- the actions -------------------------------------------------------------------------------------------
 
+# `family` names the prompt's token stream (requests of one family share prefixes); the model does not read it.
+ADMIT_PARAMS = (("req", "req"), ("prompt", "len"), ("n", "len"), ("family", "len"), ("prefix", "len"),
+                ("row", "row"), ("dup", "len"))
+
+
+def _seq(o: Any, start: Any, n: Any, prompt: Any) -> Any:
+    return o.If(start + n < prompt, start + n, prompt)
+
 
 def _admit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    req, n = a["req"], a["n"]
-    new = _sel(o, s, "rec_status", req) == STATUS_NEW
-    return o.And(req >= 0, new, _slots_ok(o, s, n), n <= p.width, s.n_free_rows > 0)
+    req, prompt, n, prefix = a["req"], a["prompt"], a["n"], a["prefix"]
+    seq = _seq(o, prefix, n, prompt)
+    fits = ceil_align(o, p, seq) - prefix <= s.n_free_slots
+    shape = o.And(req >= 0, prompt >= 1, prompt <= p.width, n >= 1, s.n_free_rows > 0)
+    return o.And(shape, _status(o, s, req) == STATUS_NEW, _prefix_ok(o, p, s, prefix, prompt), fits)
 
 
-ADMIT = Action(
-    "admit",
-    (("req", "req"), ("row", "row"), ("n", "len")),
-    enabled=_admit_enabled,
-    update=lambda o, p, s, a: _take_row(o, s, a["req"], a["row"], a["n"]),
-    choice_ok=lambda o, p, s, a: row_free(o, p, s, a["row"]),
-    choice=("row",),
-)
+def _admit_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    key_len = page_floor(o, p, _seq(o, a["prefix"], a["n"], a["prompt"]))
+    return o.And(row_free(o, p, s, a["row"]), _dup_ok(o, p, s, a["prefix"], key_len, a["dup"]))
+
+
+def _admit_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    req = a["req"]
+    seq = _seq(o, a["prefix"], a["n"], a["prompt"])
+    s = _take_row(o, p, s, req, a["row"], a["prefix"], seq, a["prompt"])
+    return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
+
+
+ADMIT = Action("admit", ADMIT_PARAMS, _admit_enabled, _admit_update, _admit_choice_ok, choice=("row", "dup"))
+
+EXTEND_PARAMS = (("req", "req"), ("n", "len"), ("prefix", "len"), ("row", "row"), ("dup", "len"))
 
 
 def _extend_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
     def enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
-        req, n = a["req"], a["n"]
-        admitted = o.And(req >= 0, _sel(o, s, "rec_status", req) != STATUS_NEW)
+        req, n, prefix = a["req"], a["n"], a["prefix"]
+        C, prompt, status = _sel(o, s, "rec_C", req), _sel(o, s, "rec_prompt", req), _status(o, s, req)
         # The pool's reuse guard alone judges a record that names a row (a chunk continuation, or a released
         # record re-admitted); the scheduler only keeps decoding requests from extending again.
-        not_decoding = _sel(o, s, "rec_status", req) != STATUS_DECODE
-        reuse = o.And(not_decoding, reuse_ok(o, s, req), _sel(o, s, "rec_C", req) + n <= p.width)
-        fresh = o.And(s.n_free_rows > 0, n <= p.width)
-        return o.And(admitted, _slots_ok(o, s, n), o.If(holds(o, s, req), reuse, fresh))
+        not_decoding = o.And(status != STATUS_NEW, status != STATUS_DECODE)
+        grow = ceil_align(o, p, _seq(o, C, n, prompt)) - ceil_align(o, p, _sel(o, s, "rec_A", req))
+        reuse = o.And(reuse_ok(o, s, req), prefix == _sel(o, s, "rec_P", req), prompt > C, grow <= s.n_free_slots)
+        target = _readmit_prompt(o, s, req)
+        fresh_fits = ceil_align(o, p, _seq(o, prefix, n, target)) - prefix <= s.n_free_slots
+        fresh = o.And(s.n_free_rows > 0, _prefix_ok(o, p, s, prefix, target), target <= p.width, fresh_fits)
+        return o.And(req >= 0, n >= 1, not_decoding, o.If(holds(o, s, req), reuse, fresh))
 
     return enabled
 
 
 def _extend_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    req, row = a["req"], a["row"]
-    return o.If(holds(o, s, req), row == _sel(o, s, "rec_row", req), row_free(o, p, s, row))
+    req, row, held = a["req"], a["row"], holds(o, s, a["req"])
+    start = o.If(held, _sel(o, s, "rec_C", req), a["prefix"])
+    target = o.If(held, _sel(o, s, "rec_prompt", req), _readmit_prompt(o, s, req))
+    key_len = page_floor(o, p, _seq(o, start, a["n"], target))
+    row_ok = o.If(held, row == _sel(o, s, "rec_row", req), row_free(o, p, s, row))
+    low = o.If(held, _sel(o, s, "rec_P", req), a["prefix"])
+    return o.And(row_ok, _dup_ok(o, p, s, low, key_len, a["dup"]))
 
 
 def _extend_update(o: Any, p: Sizes, s: State, a: Args) -> State:
-    req = a["req"]
-    grown, fresh = _grow(o, s, req, a["n"]), _take_row(o, s, req, a["row"], a["n"])
-    return ite_state(o, holds(o, s, req), grown, fresh)
+    req, n, prompt = a["req"], a["n"], _sel(o, s, "rec_prompt", a["req"])
+    grown = _grow(o, p, s, req, _seq(o, _sel(o, s, "rec_C", req), n, prompt))
+    target = _readmit_prompt(o, s, req)
+    fresh = _take_row(o, p, s, req, a["row"], a["prefix"], _seq(o, a["prefix"], n, target), target)
+    s = ite_state(o, holds(o, s, req), grown, fresh)
+    return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
 
 
-EXTEND_PARAMS = (("req", "req"), ("row", "row"), ("n", "len"))
-EXTEND = Action("extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update,
-                _extend_choice_ok, choice=("row",))
+EXTEND = Action("extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update, _extend_choice_ok,
+                choice=("row", "dup"))
 EXTEND_LEGACY = dataclasses.replace(EXTEND, enabled=_extend_enabled(reuse_ok_legacy), fault="legacy_reuse_guard")
 
 
 def _decode_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
     req = a["req"]
-    fits = _sel(o, s, "rec_C", req) + 1 <= p.width
-    return o.And(_running(o, s, req), holds(o, s, req), fits, s.n_free_slots >= 1)
+    C, A = _sel(o, s, "rec_C", req), _sel(o, s, "rec_A", req)
+    new = ceil_align(o, p, C + 1) - ceil_align(o, p, A)
+    decoding = _status(o, s, req) == STATUS_DECODE
+    return o.And(decoding, holds(o, s, req), C == A, p.width >= C + 1, new <= s.n_free_slots)
 
 
 def _decode_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     req = a["req"]
-    C, A = _sel(o, s, "rec_C", req), _sel(o, s, "rec_A", req)
-    s = _set(o, s, req, rec_C=C + 1, rec_A=A + 1, rec_status=STATUS_DECODE)
-    return s.but(n_free_slots=s.n_free_slots - 1, owned_slots=s.owned_slots + 1)
+    C = _sel(o, s, "rec_C", req)
+    new = ceil_align(o, p, C + 1) - ceil_align(o, p, C)
+    s = _set(o, s, req, rec_C=C + 1, rec_A=C + 1)
+    return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
 DECODE = Action("decode", (("req", "req"),), _decode_enabled, _decode_update)
 
 
+def _spec_next(o: Any, p: Sizes, s: State, req: Any, reserve: Any) -> Any:
+    """The allocated length after a speculative prepare: `max(A, ceil_align(C + reserve))`."""
+    want, A = ceil_align(o, p, _sel(o, s, "rec_C", req) + reserve), _sel(o, s, "rec_A", req)
+    return o.If(want > A, want, A)
+
+
+def _spec_prepare_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    if not p.speculative:
+        return False
+    req, nxt = a["req"], _spec_next(o, p, s, a["req"], a["reserve"])
+    new = ceil_align(o, p, nxt) - ceil_align(o, p, _sel(o, s, "rec_A", req))
+    decoding = _status(o, s, req) == STATUS_DECODE
+    return o.And(decoding, holds(o, s, req), a["reserve"] >= 1, nxt <= p.width, new <= s.n_free_slots)
+
+
+def _spec_prepare_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    req, nxt = a["req"], _spec_next(o, p, s, a["req"], a["reserve"])
+    new = ceil_align(o, p, nxt) - ceil_align(o, p, _sel(o, s, "rec_A", req))
+    s = _set(o, s, req, rec_A=nxt)
+    return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
+
+
+SPEC_PREPARE = Action("spec_prepare", (("req", "req"), ("reserve", "len")), _spec_prepare_enabled,
+                      _spec_prepare_update)
+
+
+def _spec_commit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    req, accepted = a["req"], a["accepted"]
+    room = _sel(o, s, "rec_C", req) + accepted <= _sel(o, s, "rec_A", req)
+    return o.And(_status(o, s, req) == STATUS_DECODE, holds(o, s, req), accepted >= 1, room)
+
+
+SPEC_COMMIT = Action(
+    "spec_commit", (("req", "req"), ("accepted", "len")), _spec_commit_enabled,
+    lambda o, p, s, a: _set(o, s, a["req"], rec_C=_sel(o, s, "rec_C", a["req"]) + a["accepted"]),
+)
+
+
 def _release_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    return o.And(_running(o, s, a["req"]), _releasable(o, s, a["req"]))
+    return o.And(_running(o, s, a["req"]), _releasable(o, p, s, a["req"]))
 
 
-def _release_update(o: Any, p: Sizes, s: State, a: Args) -> State:
-    return _release(o, s, a["req"], _own_range(o, s, a["req"]))
+def _finish_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    """A request finishes from decoding; mid-prefill only an abort ends it."""
+    return o.And(_status(o, s, a["req"]) == STATUS_DECODE, _releasable(o, p, s, a["req"]))
 
 
-def _raw_release_update(o: Any, p: Sizes, s: State, a: Args) -> State:
-    return _release(o, s, a["req"], _own_range(o, s, a["req"]), clear_row=False)
+def _finish_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    req = a["req"]
+    return _dup_ok(o, p, s, _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req)), a["dup"])
+
+
+def _finish_update(clear_row: bool) -> Fn:
+    def update(o: Any, p: Sizes, s: State, a: Args) -> State:
+        s = _release(o, p, s, a["req"], True, a["dup"], clear_row)
+        return _set_status(o, s, a["req"], STATUS_DONE)
+
+    return update
+
+
+def _no_insert_update(clear_row: bool) -> Fn:
+    def update(o: Any, p: Sizes, s: State, a: Args) -> State:
+        s = _release(o, p, s, a["req"], False, 0, clear_row)
+        return _set_status(o, s, a["req"], STATUS_DONE)
+
+    return update
 
 
 REQ_ONLY = (("req", "req"),)
-FINISH = Action("finish", REQ_ONLY, _release_enabled, _release_update)
-PP_RELEASE = Action("pp_release", REQ_ONLY, _release_enabled, _release_update)
-FINISH_RAW = dataclasses.replace(FINISH, update=_raw_release_update, fault="raw_row_free")
-PP_RELEASE_RAW = dataclasses.replace(PP_RELEASE, update=_raw_release_update, fault="raw_row_free")
+FINISH = Action("finish", (("req", "req"), ("dup", "len")), _finish_enabled, _finish_update(True), _finish_choice_ok,
+                choice=("dup",))
+PP_RELEASE = Action("pp_release", REQ_ONLY, _release_enabled, _no_insert_update(True))
+FINISH_RAW = dataclasses.replace(FINISH, update=_finish_update(False), fault="raw_row_free")
+PP_RELEASE_RAW = dataclasses.replace(PP_RELEASE, update=_no_insert_update(False), fault="raw_row_free")
+
+
+def _manual_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """Frees the pages of `[0, extend_range.end)` raw, whatever the record owns or the tree holds; no unlock."""
+    req = a["req"]
+    freed, owned = ceil_align(o, p, _sel(o, s, "rec_end", req)), own_slots(o, p, s, req)
+    s = s.but(n_free_slots=s.n_free_slots + freed, owned_slots=s.owned_slots - owned)
+    s = _return_row(o, s, _sel(o, s, "rec_row", req))
+    return _set_status(o, _set(o, s, req, rec_row=0, rec_A=0), req, STATUS_DONE)
+
+
+def manual_release_preconditions(o: Any, p: Sizes, s: State, req: Any) -> list[Any]:
+    """PR #37167's argument that the hand-written release equals `release_kv_cache(is_insert=False)`."""
+    P, C, A, end = (_sel(o, s, f, req) for f in ("rec_P", "rec_C", "rec_A", "rec_end"))
+    return [P == 0, C == A, end == C, _sel(o, s, "rec_locked", req) == 0]
+
+
+MANUAL_PRECONDITIONS = ("cache_protected_len == 0", "kv_committed_len == kv_allocated_len",
+                        "kv_committed_len == extend_range.end", "last_node is None")
 
 
 def _manual_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    return o.And(_running(o, s, a["req"]), holds(o, s, a["req"]))
+    # PP profiling guarantees the preconditions; outside them the hand-written path is not a legal release.
+    req = a["req"]
+    return o.And(_running(o, s, req), holds(o, s, req), *manual_release_preconditions(o, p, s, req))
 
 
-PP_RELEASE_MANUAL = Action(
-    "pp_release_manual",
-    REQ_ONLY,
-    _manual_enabled,
-    # Frees [0, C) raw, whatever the record owns: equal to release_kv_cache only when P == 0 and C == A.
-    lambda o, p, s, a: _release(o, s, a["req"], _sel(o, s, "rec_C", a["req"])),
+PP_RELEASE_MANUAL = Action("pp_release_manual", REQ_ONLY, _manual_enabled, _manual_update)
+
+
+def _retract_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    return _reset_for_retract(o, _release(o, p, s, a["req"], False, 0), a["req"])
+
+
+RETRACT = Action("retract", REQ_ONLY, _release_enabled, _retract_update)
+
+
+def _abort_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    status = _status(o, s, a["req"])
+    return o.Or(status == STATUS_WAITING, _release_enabled(o, p, s, a))
+
+
+def _abort_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """Queued: dropped. Mid-prefill: the pending chunked abort releases without insert. Decoding: it runs one
+    more step marked to finish and is released as a normal finish (with insert)."""
+    req, status = a["req"], _status(o, s, a["req"])
+    decoding = _release(o, p, s, req, True, a["dup"])
+    prefill = _release(o, p, s, req, False, 0)
+    released = ite_state(o, status == STATUS_DECODE, decoding, ite_state(o, status == STATUS_PREFILL, prefill, s))
+    return _set_status(o, released, req, STATUS_DONE)
+
+
+def _abort_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    return o.Implies(_status(o, s, a["req"]) == STATUS_DECODE, _finish_choice_ok(o, p, s, a))
+
+
+ABORT = Action("abort", (("req", "req"), ("dup", "len")), _abort_enabled, _abort_update, _abort_choice_ok,
+               choice=("dup",))
+
+
+def _evict_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    freed = a["freed"]
+    return o.And(freed >= 0, freed <= s.tree_slots, page_floor(o, p, freed) == freed)
+
+
+EVICT = Action(
+    "evict", (("n", "len"), ("freed", "len")),
+    lambda o, p, s, a: a["n"] >= 1,  # a chunk cache evicts nothing, and says so
+    lambda o, p, s, a: s.but(tree_slots=s.tree_slots - a["freed"], n_free_slots=s.n_free_slots + a["freed"]),
+    _evict_choice_ok, choice=("freed",),
+)
+
+FLUSH = Action(
+    "flush", (),
+    lambda o, p, s, a: o.And(s.n_held_rows == 0, s.owned_slots == 0, s.n_active == 0),
+    lambda o, p, s, a: s.but(tree_slots=0, n_free_slots=s.n_free_slots + s.tree_slots),
+)
+
+
+def _prealloc_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    req, fill = a["req"], a["fill"]
+    shape = o.And(req >= 0, fill >= 1, fill <= p.width, s.n_free_rows > 0)
+    return o.And(shape, _status(o, s, req) == STATUS_NEW, ceil_align(o, p, fill) <= s.n_free_slots)
+
+
+def _prealloc_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    s = _take_row(o, p, s, a["req"], a["row"], 0, a["fill"], a["fill"])
+    return _set_status(o, s, a["req"], STATUS_DECODE)
+
+
+PD_PREALLOC = Action(
+    "pd_prealloc", (("req", "req"), ("fill", "len"), ("row", "row")), _prealloc_enabled, _prealloc_update,
+    lambda o, p, s, a: row_free(o, p, s, a["row"]), choice=("row",),
 )
 
 
@@ -231,42 +460,33 @@ PP_RELEASE_MANUAL = Action(
 def _reuse_released_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
     def enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
         req, row, n = a["req"], a["row"], a["n"]
-        released = o.And(_sel(o, s, "rec_status", req) == STATUS_DONE, o.Not(holds(o, s, req)))
-        fits = o.And(row >= 1, row <= p.rows, _sel(o, s, "rec_C", req) + n <= p.width)
-        return o.And(released, fits, _slots_ok(o, s, n), reuse_ok(o, s, req))
+        released = o.And(_status(o, s, req) == STATUS_DONE, o.Not(holds(o, s, req)))
+        fits = o.And(row >= 1, row <= p.rows, n >= 1)
+        return o.And(released, fits, reuse_ok(o, s, req))
 
     return enabled
 
 
-def _reuse_released_update(o: Any, p: Sizes, s: State, a: Args) -> State:
-    req, n = a["req"], a["n"]
-    C, P = _sel(o, s, "rec_C", req), _sel(o, s, "rec_P", req)
-    s = _set(o, s, req, rec_row=a["row"], rec_status=STATUS_PREFILL, rec_A=C + n, rec_C=C + n)
-    return s.but(n_free_slots=s.n_free_slots - n, owned_slots=s.owned_slots + C + n - P)
-
-
 REUSE_RELEASED = Action(
-    "reuse_released", EXTEND_PARAMS, _reuse_released_enabled(reuse_ok_record), _reuse_released_update,
-    negative=True,
+    "reuse_released", (("req", "req"), ("row", "row"), ("n", "len")), _reuse_released_enabled(reuse_ok_record),
+    lambda o, p, s, a: s, negative=True,
 )
 REUSE_RELEASED_LEGACY = dataclasses.replace(
     REUSE_RELEASED, enabled=_reuse_released_enabled(reuse_ok_legacy), fault="legacy_reuse_guard"
 )
 RELEASE_AGAIN = Action(
-    "release_again", REQ_ONLY,
-    lambda o, p, s, a: _releasable(o, s, a["req"]),
-    lambda o, p, s, a: _release(o, s, a["req"], _own_range(o, s, a["req"]), status=_sel(o, s, "rec_status", a["req"])),
-    negative=True,
+    "release_again", REQ_ONLY, lambda o, p, s, a: _releasable(o, p, s, a["req"]),
+    lambda o, p, s, a: _release(o, p, s, a["req"], False, 0), negative=True,
 )
 FREE_ROW = Action(
-    "free_row", REQ_ONLY,
-    lambda o, p, s, a: holds(o, s, a["req"]),
+    "free_row", REQ_ONLY, lambda o, p, s, a: holds(o, s, a["req"]),
     lambda o, p, s, a: _set(o, _return_row(o, s, _sel(o, s, "rec_row", a["req"])), a["req"], rec_row=0),
     negative=True,
 )
 
 CONTRACT: tuple[Action, ...] = (
-    ADMIT, EXTEND, DECODE, FINISH, PP_RELEASE, PP_RELEASE_MANUAL, REUSE_RELEASED, RELEASE_AGAIN, FREE_ROW,
+    ADMIT, EXTEND, DECODE, SPEC_PREPARE, SPEC_COMMIT, FINISH, PP_RELEASE, PP_RELEASE_MANUAL, RETRACT, ABORT,
+    EVICT, FLUSH, PD_PREALLOC, REUSE_RELEASED, RELEASE_AGAIN, FREE_ROW,
 )
 VARIANTS: tuple[Action, ...] = (EXTEND_LEGACY, FINISH_RAW, PP_RELEASE_RAW, REUSE_RELEASED_LEGACY)
 MODELED_FAULTS = frozenset(v.fault for v in VARIANTS if v.fault)

@@ -44,12 +44,12 @@ class Model:
         records = {
             rid: RecordObs(
                 s.rec_status.get(rid), s.rec_row.get(rid), s.rec_P.get(rid), s.rec_C.get(rid),
-                s.rec_A.get(rid), s.rec_inflight.get(rid),
+                s.rec_A.get(rid), s.rec_inflight.get(rid), s.rec_end.get(rid), bool(s.rec_locked.get(rid)),
             )
             for rid in self.known_requests()
         }
         free = frozenset(r for r in range(1, self.sizes.rows + 1) if not s.row_held.get(r))
-        return Observation(records, free, s.n_free_rows, s.n_free_slots)
+        return Observation(records, free, s.n_free_rows, s.n_free_slots, s.tree_slots)
 
     def violated_invariants(self) -> list[str]:
         """Invariants whose symbolic form is false on the current state, at some known index."""

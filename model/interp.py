@@ -76,23 +76,67 @@ class PyOps:
     def const_array(default: Any) -> Arr:
         return Arr(default)
 
+    @staticmethod
+    def div(a: Any, k: int) -> Any:
+        """Floor division by a positive constant."""
+        return a // k
+
+
+class Cells:
+    """A symbolic array over the small index range `[0, len(items))`, one term per index.
+
+    Bounded model checking indexes records by request ids it keeps below the depth; cells let Z3 reason
+    about those records as plain variables instead of array theory, while rows stay true arrays so the
+    search costs the same for any pool size. Out of range, a read gives `default`.
+    """
+
+    __slots__ = ("default", "items")
+
+    def __init__(self, items: list[Any], default: Any):
+        self.items = items
+        self.default = default
+
+    def select(self, i: Any) -> Any:
+        out = self.default
+        for k in reversed(range(len(self.items))):
+            out = z3.If(i == k, self.items[k], out)
+        return out
+
+    def store(self, i: Any, v: Any) -> Cells:
+        return Cells([z3.If(i == k, v, old) for k, old in enumerate(self.items)], self.default)
+
+    def __eq__(self, other: object) -> Any:
+        assert isinstance(other, Cells) and len(other.items) == len(self.items)
+        return z3.And(*[a == b for a, b in zip(self.items, other.items, strict=True)])
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 class Z3Ops:
-    """Symbolic interpreter: Z3 integer and boolean terms, arrays from Int."""
+    """Symbolic interpreter: Z3 integer and boolean terms, arrays from Int (or `Cells`)."""
 
     And = staticmethod(z3.And)
     Or = staticmethod(z3.Or)
     Not = staticmethod(z3.Not)
     Implies = staticmethod(z3.Implies)
-    If = staticmethod(z3.If)
+
+    @staticmethod
+    def If(c: Any, a: Any, b: Any) -> Any:
+        if isinstance(a, Cells):
+            return Cells([z3.If(c, x, y) for x, y in zip(a.items, b.items, strict=True)], a.default)
+        return z3.If(c, a, b)
 
     @staticmethod
     def select(arr: Any, i: Any) -> Any:
-        return z3.Select(arr, i)
+        return arr.select(i) if isinstance(arr, Cells) else z3.Select(arr, i)
 
     @staticmethod
     def store(arr: Any, i: Any, v: Any) -> Any:
-        return z3.Store(arr, i, v)
+        return arr.store(i, v) if isinstance(arr, Cells) else z3.Store(arr, i, v)
+
+    @staticmethod
+    def div(a: Any, k: int) -> Any:
+        return a if k == 1 else a / k  # Z3's integer division floors for a positive divisor
 
     @staticmethod
     def const_array(default: Any) -> Any:

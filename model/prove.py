@@ -17,7 +17,7 @@ import z3
 
 from model.actions import Action
 from model.interp import Z3
-from model.state import Sizes, State, initial, symbolic
+from model.state import Sizes, State, initial, initial_cells, symbolic
 from model.trace import Step
 
 SOLVER_TIMEOUT_MS = 30_000
@@ -35,10 +35,13 @@ class Result:
     steps: list[Step] | None = None
 
 
-def symbolic_sizes() -> tuple[Sizes, list[Any]]:
-    """Sizes as Z3 constants with their domain: a proof over them holds for every pool size."""
-    sizes = Sizes(z3.Int("rows"), z3.Int("tokens"), z3.Int("width"))
-    return sizes, [sizes.rows >= 1, sizes.tokens >= 1, sizes.width >= 1]
+def symbolic_sizes(shape: Sizes) -> tuple[Sizes, list[Any]]:
+    """Sizes as Z3 constants with their domain, keeping `shape`'s page size, cache and speculation: a proof
+    over them holds for every pool size of that shape."""
+    pages = z3.Int("token_pages")
+    sizes = Sizes(z3.Int("rows"), pages * shape.page_size, z3.Int("width"), shape.page_size, shape.radix,
+                  shape.speculative)
+    return sizes, [sizes.rows >= 1, pages >= 1, sizes.width >= 1]
 
 
 def _solver(timeout_ms: int) -> z3.Solver:
@@ -61,6 +64,11 @@ def _instances(invariants: Iterable[Any], sizes: Sizes, s: State, pools: dict[st
     return out
 
 
+def assume_invariants(assumed: list[Any], sizes: Sizes, s: State, reqs: list[Any], rows: list[Any]) -> list[Any]:
+    """The invariants over `s`, instantiated at the given index terms and the rows and owners they name."""
+    return _instances(assumed, sizes, s, _pools(s, reqs, rows))
+
+
 def _pools(s: State, reqs: list[Any], rows: list[Any]) -> dict[str, list[Any]]:
     """Index terms for instantiation: the given ones, plus the owners of rows and the rows of records."""
     owners = [z3.Select(s.row_owner, r) for r in rows]
@@ -74,11 +82,12 @@ def _skolems(sorts: tuple[str, ...], tag: str) -> list[Any]:
 
 
 def induction(
-    name: str, actions: list[Action], assumed: list[Any], target: Any, timeout_ms: int = SOLVER_TIMEOUT_MS
+    name: str, shape: Sizes, actions: list[Action], assumed: list[Any], target: Any,
+    timeout_ms: int = SOLVER_TIMEOUT_MS,
 ) -> Result:
     """Prove `target` holds initially and is preserved by every action, given all of `assumed` before the step."""
     start = time.perf_counter()
-    sizes, domain = symbolic_sizes()
+    sizes, domain = symbolic_sizes(shape)
     base = _check_base(sizes, domain, target, timeout_ms)
     if base is not None:
         return Result(name, base[0], 0, time.perf_counter() - start, base[1])
@@ -113,7 +122,7 @@ def _check_step(
     rows += [args[n] for n, sort in action.params if sort == "row"]
     ok, post = action.transition(Z3, sizes, pre, args)
     solver = _solver(timeout_ms)
-    solver.add(*domain, *_instances(assumed, sizes, pre, _pools(pre, reqs, rows)), ok)
+    solver.add(*domain, *assume_invariants(assumed, sizes, pre, reqs, rows), ok)
     solver.add(z3.Not(target.symbolic(Z3, sizes, post, *k)))
     verdict = solver.check()
     if verdict == z3.unsat:
@@ -123,9 +132,9 @@ def _check_step(
     return "refuted", _cti(solver.model(), pre, post, args, reqs, rows)
 
 
-_RECORD_FIELDS = ("rec_status", "rec_row", "rec_P", "rec_C", "rec_A", "rec_inflight")
+_RECORD_FIELDS = ("rec_status", "rec_row", "rec_P", "rec_C", "rec_A", "rec_end", "rec_prompt", "rec_locked")
 _ROW_FIELDS = ("row_held", "row_owner")
-_COUNTERS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots")
+_COUNTERS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots", "tree_slots")
 
 
 def _cti(m: z3.ModelRef, pre: State, post: State, args: dict[str, Any], reqs: list[Any], rows: list[Any]) -> str:
@@ -163,11 +172,13 @@ def bmc(
     bad: Callable[[State, str], Any],
     max_depth: int,
     timeout_ms: int = SOLVER_TIMEOUT_MS,
+    final_step: Callable[[z3.ModelRef, str], Step] | None = None,
 ) -> Result:
     """Search the unrolling of the transition relation from the initial state, depth 0 to `max_depth`, for `bad`."""
     start = time.perf_counter()
     solver = _solver(timeout_ms)
-    states = [initial(Z3, sizes)]
+    cells = max_depth + 1  # request ids stay below the depth (see `_readable`)
+    states = [initial_cells(Z3, sizes, cells)]
     selectors: list[Any] = []
     arg_vars: list[dict[str, Any]] = []
     for depth in range(max_depth + 1):
@@ -176,12 +187,14 @@ def bmc(
         verdict = solver.check()
         if verdict == z3.sat:
             steps = _trace(solver.model(), actions, selectors, arg_vars)
+            if final_step is not None:
+                steps.append(final_step(solver.model(), str(depth)))
             return Result(name, "refuted", depth, time.perf_counter() - start, steps=steps)
         solver.pop()
         if verdict == z3.unknown:
             return Result(name, "unknown", depth, time.perf_counter() - start, solver.reason_unknown())
         if depth < max_depth:
-            sel, args, nxt = _unroll(solver, actions, sizes, states[-1], depth)
+            sel, args, nxt = _unroll(solver, actions, sizes, states[-1], depth, cells)
             states.append(nxt)
             selectors.append(sel)
             arg_vars.append(args)
@@ -189,13 +202,14 @@ def bmc(
     return Result(name, "bounded", max_depth, time.perf_counter() - start, detail)
 
 
-def _unroll(solver: z3.Solver, actions: list[Action], sizes: Sizes, s: State, t: int) -> tuple[Any, Any, State]:
+def _unroll(
+    solver: z3.Solver, actions: list[Action], sizes: Sizes, s: State, t: int, cells: int
+) -> tuple[Any, Any, State]:
     """Add one step of the transition relation from `s` to a fresh state; return its selector and arguments."""
     sel = z3.Int(f"act@{t}")
     args = _arg_vars(actions, str(t))
-    nxt = symbolic(f"s{t + 1}")
-    # Request ids are interchangeable; keeping them small keeps the traces readable.
-    cases = [z3.And(v >= 0, v <= t) for n, v in args.items() if _sort_of(actions, n) == "req"]
+    nxt = symbolic(f"s{t + 1}", cells)
+    cases = [_readable(n, v, actions, t) for n, v in args.items()]
     choices = []
     for k, action in enumerate(actions):
         ok, post = action.transition(Z3, sizes, s, args)
@@ -203,6 +217,13 @@ def _unroll(solver: z3.Solver, actions: list[Action], sizes: Sizes, s: State, t:
         choices.append(z3.And(sel == k, ok, *same))
     solver.add(*cases, z3.Or(*choices))
     return sel, args, nxt
+
+
+def _readable(name: str, var: Any, actions: list[Action], t: int) -> Any:
+    """Request ids are interchangeable and lengths only need to be small: keeping them so keeps traces readable."""
+    if _sort_of(actions, name) == "req":
+        return z3.And(var >= 0, var <= t)
+    return z3.And(var >= 0, var <= 1 << 12)
 
 
 def _sort_of(actions: list[Action], param: str) -> str:

@@ -3,6 +3,10 @@
 Every field is an array indexed by row or request id, or a counter, so that the same definition holds
 plain Python values (the executable model) or Z3 terms (the transition relation). Row 0 is padding, so a
 record's `rec_row == 0` means it holds no row; an unknown request is `STATUS_NEW` with zero lengths.
+Slots are counted, not named: `owned_slots` is the sum over holding records of their own pages
+`[P, ceil_align(A))`, `tree_slots` what the prefix tree owns; `rec_locked` is 1 while the record holds a
+tree lock (`last_node` below the root); `rec_end` is `extend_range.end` and `rec_prompt` the prompt length;
+`n_active` counts the requests the scheduler still has (prefill, decoding or waiting): a flush needs none.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 import z3
 
+from model.interp import Cells
 from properties.snapshot import STATUS_NEW
 
 NO_OWNER = -1
@@ -20,11 +25,18 @@ NO_OWNER = -1
 
 @dataclass(frozen=True)
 class Sizes:
-    """Pool sizes the model is instantiated with (ints, or Z3 terms for a symbolic pool)."""
+    """Pool sizes (ints, or Z3 terms for a symbolic pool) and the pool's structure (always Python values).
+
+    `tokens` counts KV slots and is a multiple of `page_size`; the prefix tree exists only when `radix`;
+    `speculative` allows over-allocation (`kv_committed_len < kv_allocated_len`).
+    """
 
     rows: Any
     tokens: Any
     width: Any
+    page_size: int = 1
+    radix: bool = False
+    speculative: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,10 +52,15 @@ class State:
     rec_C: Any
     rec_A: Any
     rec_inflight: Any
+    rec_end: Any
+    rec_prompt: Any
+    rec_locked: Any
     n_free_rows: Any
     n_held_rows: Any
     n_free_slots: Any
     owned_slots: Any
+    tree_slots: Any
+    n_active: Any
 
     def but(self, **changes: Any) -> State:
         return dataclasses.replace(self, **changes)
@@ -59,21 +76,40 @@ ARRAY_FIELDS = {
     "rec_C": 0,
     "rec_A": 0,
     "rec_inflight": 0,
+    "rec_end": 0,
+    "rec_prompt": 0,
+    "rec_locked": 0,
 }
-COUNTER_FIELDS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots")
+COUNTER_FIELDS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots", "tree_slots", "n_active")
 
 
 def initial(o: Any, sizes: Sizes) -> State:
-    """Every row free, no request known, every slot free."""
+    """Every row free, no request known, every slot free, the tree empty."""
     arrays = {name: o.const_array(default) for name, default in ARRAY_FIELDS.items()}
-    return State(**arrays, n_free_rows=sizes.rows, n_held_rows=0, n_free_slots=sizes.tokens, owned_slots=0)
+    return State(**arrays, n_free_rows=sizes.rows, n_held_rows=0, n_free_slots=sizes.tokens, owned_slots=0,
+                 tree_slots=0, n_active=0)
 
 
-def symbolic(name: str) -> State:
-    """A fully unconstrained Z3 state whose variables are suffixed with `name`."""
-    arrays = {
-        f: z3.Array(f"{f}@{name}", z3.IntSort(), z3.BoolSort() if isinstance(d, bool) else z3.IntSort())
-        for f, d in ARRAY_FIELDS.items()
-    }
+def symbolic(name: str, cells: int = 0) -> State:
+    """A fully unconstrained Z3 state whose variables are suffixed with `name`; with `cells`, the record
+    fields are that many cells (request ids below `cells`) instead of arrays."""
+    arrays = {f: _symbolic_field(f, d, name, cells) for f, d in ARRAY_FIELDS.items()}
     counters = {f: z3.Int(f"{f}@{name}") for f in COUNTER_FIELDS}
     return State(**arrays, **counters)
+
+
+def initial_cells(o: Any, sizes: Sizes, cells: int) -> State:
+    """`initial`, with the record fields as `cells` cells."""
+    s = initial(o, sizes)
+    return s.but(**{f: Cells([_const(d)] * cells, _const(d)) for f, d in ARRAY_FIELDS.items() if f.startswith("rec_")})
+
+
+def _const(value: Any) -> Any:
+    return z3.BoolVal(value) if isinstance(value, bool) else z3.IntVal(value)
+
+
+def _symbolic_field(field: str, default: Any, name: str, cells: int) -> Any:
+    sort = z3.BoolSort() if isinstance(default, bool) else z3.IntSort()
+    if cells and field.startswith("rec_"):
+        return Cells([z3.Const(f"{field}[{k}]@{name}", sort) for k in range(cells)], _const(default))
+    return z3.Array(f"{field}@{name}", z3.IntSort(), sort)

@@ -124,6 +124,8 @@ def _config(config: Any) -> dict[str, Any]:
     for key, allowed in CONFIG_CHOICES.items():
         if config.get(key) not in allowed:
             raise TraceError(f"config.{key} must be one of {', '.join(allowed)}, got {config.get(key)!r}")
+    if not isinstance(config.get("speculative", False), bool):
+        raise TraceError("config.speculative must be true or false")
     faults = config.get("faults", [])
     if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
         raise TraceError("config.faults must be a list of fault names")

@@ -17,6 +17,8 @@ class RecordObs:
     committed_len: int
     allocated_len: int
     inflight: int
+    extend_end: int
+    tree_locked: bool
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Observation:
     free_rows: frozenset[int]
     free_row_count: int
     free_slot_count: int
+    tree_slot_count: int
 
     def differences(self, other: Observation) -> list[str]:
         """Human-readable differences, `self` being the model and `other` the target."""
@@ -41,6 +44,8 @@ class Observation:
             out.append(f"free row count: model {self.free_row_count}, pool {other.free_row_count}")
         if self.free_slot_count != other.free_slot_count:
             out.append(f"free slots: model {self.free_slot_count}, pool {other.free_slot_count}")
+        if self.tree_slot_count != other.tree_slot_count:
+            out.append(f"tree-owned slots: model {self.tree_slot_count}, pool {other.tree_slot_count}")
         return out
 
 
@@ -53,8 +58,11 @@ def observe(snap: SnapshotLike) -> Observation:
             committed_len=rec.committed_len,
             allocated_len=rec.allocated_len,
             inflight=rec.inflight_middle_chunks,
+            extend_end=rec.extend_end,
+            tree_locked=rec.tree_locked,
         )
         for rid, rec in snap.records.items()
     }
     free_slots = (snap.free_slots.numel() + snap.release_slots.numel()) * snap.page_size
-    return Observation(records, frozenset(snap.free_rows), len(snap.free_rows), free_slots)
+    tree = snap.evictable_size + snap.protected_size
+    return Observation(records, frozenset(snap.free_rows), len(snap.free_rows), free_slots, tree)

@@ -17,6 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from properties.page_check import PageSnapshot, check_pages
 from properties.snapshot import (
     LIVE_STATUSES,
     STATUS_CODES,
@@ -24,6 +27,7 @@ from properties.snapshot import (
     STATUS_DONE,
     STATUS_NEW,
     STATUS_PREFILL,
+    STATUS_WAITING,
     SnapshotLike,
 )
 
@@ -38,6 +42,16 @@ def holds(o: Any, s: Any, i: Term) -> Term:
 def row_free(o: Any, p: Any, s: Any, r: Term) -> Term:
     """Row `r` is a real row and sits in the free list."""
     return o.And(r >= 1, r <= p.rows, o.Not(o.select(s.row_held, r)))
+
+
+def page_floor(o: Any, p: Any, x: Term) -> Term:
+    """`x` rounded down to a whole number of pages."""
+    return x if p.page_size == 1 else o.div(x, p.page_size) * p.page_size
+
+
+def ceil_align(o: Any, p: Any, x: Term) -> Term:
+    """`x` rounded up to a whole number of pages (SGLang's `ceil_align`)."""
+    return x if p.page_size == 1 else o.div(x + p.page_size - 1, p.page_size) * p.page_size
 
 
 def live_status(o: Any, status: Term) -> Term:
@@ -150,14 +164,15 @@ def _length_order_check(snap: SnapshotLike) -> list[str]:
 
 
 def _released_unallocated(o: Any, p: Any, s: Any, i: Term) -> Term:
-    return o.Implies(o.select(s.rec_status, i) == STATUS_DONE, o.select(s.rec_A, i) == 0)
+    done = o.select(s.rec_status, i) == STATUS_DONE
+    return o.Implies(done, o.And(o.select(s.rec_A, i) == 0, o.select(s.rec_locked, i) == 0))
 
 
 def _released_unallocated_check(snap: SnapshotLike) -> list[str]:
     return [
-        f"released request {rid} keeps kv_allocated_len={rec.allocated_len}"
+        f"released request {rid} keeps kv_allocated_len={rec.allocated_len}, tree lock={rec.tree_locked}"
         for rid, rec in snap.records.items()
-        if STATUS_CODES.get(rec.status) == STATUS_DONE and rec.allocated_len != 0
+        if STATUS_CODES.get(rec.status) == STATUS_DONE and (rec.allocated_len != 0 or rec.tree_locked)
     ]
 
 
@@ -183,9 +198,12 @@ def _live_row_owned_check(snap: SnapshotLike) -> list[str]:
 
 def _record_domain(o: Any, p: Any, s: Any, i: Term) -> Term:
     status = o.select(s.rec_status, i)
-    known = o.Or(status == STATUS_NEW, live_status(o, status), status == STATUS_DONE)
-    lengths = [o.select(a, i) >= 0 for a in (s.rec_P, s.rec_C, s.rec_A, s.rec_inflight)]
-    return o.And(known, *lengths)
+    known = o.Or(status == STATUS_NEW, live_status(o, status), status == STATUS_DONE, status == STATUS_WAITING)
+    lengths = [o.select(a, i) >= 0 for a in (s.rec_P, s.rec_C, s.rec_A, s.rec_inflight, s.rec_end)]
+    locked, prompt = o.select(s.rec_locked, i), o.select(s.rec_prompt, i)
+    prompt_ok = o.Implies(status != STATUS_NEW, o.And(prompt >= 1, prompt <= p.width))
+    in_row = o.And(o.select(s.rec_C, i) <= p.width, o.select(s.rec_A, i) <= p.width)
+    return o.And(known, o.Or(locked == 0, locked == 1), prompt_ok, in_row, *lengths)
 
 
 def _record_domain_check(snap: SnapshotLike) -> list[str]:
@@ -195,14 +213,47 @@ def _record_domain_check(snap: SnapshotLike) -> list[str]:
         for rid, rec in snap.records.items()
         if rec.status not in STATUS_CODES
         or min(rec.protected_len, rec.committed_len, rec.allocated_len, rec.inflight_middle_chunks) < 0
+        or max(rec.committed_len, rec.allocated_len) > snap.width
+    ]
+
+
+def _live_holds(o: Any, p: Any, s: Any, i: Term) -> Term:
+    return o.Implies(live_status(o, o.select(s.rec_status, i)), holds(o, s, i))
+
+
+def _live_holds_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid} is {rec.status} but holds no row"
+        for rid, rec in snap.records.items()
+        if STATUS_CODES.get(rec.status) in LIVE_STATUSES and rec.row is None
+    ]
+
+
+def _prefill_shape(o: Any, p: Any, s: Any, i: Term) -> Term:
+    C, A, end = o.select(s.rec_C, i), o.select(s.rec_A, i), o.select(s.rec_end, i)
+    in_prefill = o.select(s.rec_status, i) == STATUS_PREFILL
+    return o.Implies(in_prefill, o.And(C == A, end == C, o.select(s.rec_prompt, i) > C))
+
+
+def _prefill_shape_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid} between prefill chunks has C={rec.committed_len}, A={rec.allocated_len}, "
+        f"extend end={rec.extend_end}"
+        for rid, rec in snap.records.items()
+        if STATUS_CODES.get(rec.status) == STATUS_PREFILL
+        and not rec.committed_len == rec.allocated_len == rec.extend_end
     ]
 
 
 def _no_overallocation(o: Any, p: Any, s: Any, i: Term) -> Term:
+    if p.speculative:
+        return True
     return o.Implies(holds(o, s, i), o.select(s.rec_C, i) == o.select(s.rec_A, i))
 
 
 def _no_overallocation_check(snap: SnapshotLike) -> list[str]:
+    if snap.speculative:
+        return []
     return [
         f"request {rid}: kv_committed_len={rec.committed_len} != kv_allocated_len={rec.allocated_len}"
         for rid, rec in snap.records.items()
@@ -211,10 +262,40 @@ def _no_overallocation_check(snap: SnapshotLike) -> list[str]:
 
 
 def _unprotected(o: Any, p: Any, s: Any, i: Term) -> Term:
+    if p.radix:
+        return True
     return o.Implies(holds(o, s, i), o.select(s.rec_P, i) == 0)
 
 
+def _protected_pages(o: Any, p: Any, s: Any, i: Term) -> Term:
+    P = o.select(s.rec_P, i)
+    return o.Implies(holds(o, s, i), page_floor(o, p, P) == P)
+
+
+def _protected_pages_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: cache_protected_len={rec.protected_len} is not a multiple of page size {snap.page_size}"
+        for rid, rec in snap.records.items()
+        if rec.row is not None and rec.protected_len % snap.page_size
+    ]
+
+
+def _lock_follows_prefix(o: Any, p: Any, s: Any, i: Term) -> Term:
+    locked = o.select(s.rec_locked, i) == 1
+    return locked == o.And(holds(o, s, i), o.select(s.rec_P, i) > 0)
+
+
+def _lock_follows_prefix_check(snap: SnapshotLike) -> list[str]:
+    return [
+        f"request {rid}: holds a tree lock={rec.tree_locked} but row={rec.row}, cache_protected_len={rec.protected_len}"
+        for rid, rec in snap.records.items()
+        if rec.tree_locked != (rec.row is not None and rec.protected_len > 0)
+    ]
+
+
 def _unprotected_check(snap: SnapshotLike) -> list[str]:
+    if snap.cache != "chunk":
+        return []
     return [
         f"request {rid}: cache_protected_len={rec.protected_len} with a chunk cache, which protects nothing"
         for rid, rec in snap.records.items()
@@ -223,16 +304,20 @@ def _unprotected_check(snap: SnapshotLike) -> list[str]:
 
 
 def _never_admitted_empty(o: Any, p: Any, s: Any, i: Term) -> Term:
-    new = o.select(s.rec_status, i) == STATUS_NEW
-    empty = [o.select(a, i) == 0 for a in (s.rec_row, s.rec_P, s.rec_C, s.rec_A, s.rec_inflight)]
-    return o.Implies(new, o.And(*empty))
+    status = o.select(s.rec_status, i)
+    fields = (s.rec_row, s.rec_P, s.rec_C, s.rec_A, s.rec_inflight, s.rec_end, s.rec_locked)
+    empty = o.And(*[o.select(a, i) == 0 for a in fields])
+    return o.And(o.Implies(status == STATUS_NEW, o.And(empty, o.select(s.rec_prompt, i) == 0)),
+                 o.Implies(status == STATUS_WAITING, empty))
 
 
 def _never_admitted_check(snap: SnapshotLike) -> list[str]:
     return [
-        f"waiting request {rid} already has row={rec.row}, A={rec.allocated_len}"
+        f"waiting request {rid} keeps row={rec.row}, P={rec.protected_len}, C={rec.committed_len}, "
+        f"A={rec.allocated_len}, lock={rec.tree_locked}"
         for rid, rec in snap.records.items()
-        if STATUS_CODES.get(rec.status) == STATUS_NEW and (rec.row is not None or rec.allocated_len)
+        if STATUS_CODES.get(rec.status) == STATUS_WAITING
+        and (rec.row is not None or rec.protected_len or rec.committed_len or rec.allocated_len or rec.tree_locked)
     ]
 
 
@@ -255,29 +340,61 @@ def _row_conservation_check(snap: SnapshotLike) -> list[str]:
 
 
 def _token_conservation(o: Any, p: Any, s: Any) -> Term:
-    return o.And(s.n_free_slots + s.owned_slots == p.tokens, s.n_free_slots >= 0)
+    # That `owned_slots` is the sum over records is a cardinality fact: the concrete check recounts it.
+    counts = o.And(s.n_free_slots >= 0, s.tree_slots >= 0)
+    return o.And(s.n_free_slots + s.tree_slots + s.owned_slots == p.tokens, counts)
 
 
 def _token_conservation_check(snap: SnapshotLike) -> list[str]:
-    free = snap.free_slots.numel() + snap.release_slots.numel()
-    owned = sum(r.allocated_len - r.protected_len for r in snap.records.values() if r.row is not None)
-    if free * snap.page_size + owned != snap.tokens_total:
-        return [f"{free} free slots + {owned} request-owned slots != {snap.tokens_total} slots"]
+    ps = snap.page_size
+    free = (snap.free_slots.numel() + snap.release_slots.numel()) * ps
+    owned = sum(-(-r.allocated_len // ps) * ps - r.protected_len for r in snap.records.values() if r.row is not None)
+    tree = snap.evictable_size + snap.protected_size
+    if free + tree + owned != snap.tokens_total:
+        return [f"{free} free + {tree} tree-owned + {owned} request-owned slots != {snap.tokens_total} slots"]
     return []
 
 
-def _slot_exclusive_check(snap: SnapshotLike) -> list[str]:
-    free = snap.free_slots.tolist() + snap.release_slots.tolist()
-    owners: dict[int, list[str]] = {}
-    for slot in free:
-        owners.setdefault(slot, []).append("free")
-    for rid, slots in snap.row_slots.items():
-        rec = snap.records[rid]
-        for slot in slots[rec.protected_len : rec.allocated_len]:
-            owners.setdefault(slot, []).append(f"request {rid}")
-    out = [f"slot {slot} is owned by {' and '.join(who)}" for slot, who in sorted(owners.items()) if len(who) > 1]
-    out += [f"slot {slot} is the padding slot" for slot in sorted(owners) if slot == 0]
+def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
+    """The tensors the whole-pool page check reads, from a target's snapshot."""
+    holding = [rec for rec in snap.records.values() if rec.row is not None and 1 <= rec.row <= snap.rows_total]
+    as_long = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
+    tree_pages = torch.unique(snap.tree_slots // snap.page_size) if snap.tree_slots.numel() else as_long([])
+    return PageSnapshot(
+        req_to_token=snap.req_to_token.contiguous(),
+        live_rows=as_long([rec.row for rec in holding]),
+        protected_lens=as_long([rec.protected_len for rec in holding]),
+        allocated_lens=as_long([rec.allocated_len for rec in holding]),
+        free_pages=snap.free_slots.to(torch.int64),
+        release_pages=snap.release_slots.to(torch.int64),
+        tree_pages=tree_pages.to(torch.int64),
+        num_pages=snap.tokens_total // snap.page_size,
+        page_size=snap.page_size,
+    )
+
+
+def _page_ownership_check(snap: SnapshotLike) -> list[str]:
+    try:
+        result = check_pages(page_snapshot(snap), backend="torch")
+    except ValueError as exc:
+        return [f"the pool's tensors are malformed for the page check: {exc}"]
+    out = [f"page {v.page} {v.kind.replace('-', ' ')}: held by {', '.join(map(_owner_name, v.owners))}"
+           for v in result.violations]
+    if result.conservation_gap_pages:
+        out.append(f"free + tree + owned pages exceed the {result.num_pages} pages by {result.conservation_gap_pages}")
     return out
+
+
+def _owner_name(owner: int | str) -> str:
+    return f"row {owner}" if isinstance(owner, int) else owner
+
+
+def _tree_counters_check(snap: SnapshotLike) -> list[str]:
+    counted = (snap.evictable_size, snap.protected_size)
+    recount = (snap.evictable_recount, snap.protected_recount)
+    if counted != recount:
+        return [f"tree counters (evictable, protected) = {counted}, but its nodes add up to {recount}"]
+    return []
 
 
 INVARIANTS: tuple[Invariant, ...] = (
@@ -289,28 +406,38 @@ INVARIANTS: tuple[Invariant, ...] = (
               ("row",), _row_held_by_owner, _row_held_check),
     Invariant("row-exclusive", "no row is held by two live records",
               ("req", "req"), _row_exclusive, _row_exclusive_check),
-    Invariant("record-domain", "a record's status is new, live or released and its lengths are non-negative",
+    Invariant("record-domain", "a record's status is known and its lengths are non-negative and within the row",
               ("req",), _record_domain, _record_domain_check),
+    Invariant("live-holds", "a request the scheduler runs (prefill or decode) holds a row",
+              ("req",), _live_holds, _live_holds_check),
+    Invariant("prefill-shape", "between prefill chunks C == A == extend_range.end, short of the prompt",
+              ("req",), _prefill_shape, _prefill_shape_check),
     Invariant("no-overallocation", "without speculative decoding a holding record has C == A",
               ("req",), _no_overallocation, _no_overallocation_check),
     Invariant("chunk-unprotected", "with a chunk cache (no tree) a holding record protects nothing: P == 0",
               ("req",), _unprotected, _unprotected_check),
+    Invariant("protected-pages", "a holding record's protected prefix is a whole number of pages",
+              ("req",), _protected_pages, _protected_pages_check),
+    Invariant("lock-follows-prefix", "a record holds a tree lock exactly when it holds a row and protects a prefix",
+              ("req",), _lock_follows_prefix, _lock_follows_prefix_check),
     Invariant("length-order", "a holding record has 0 <= P <= C <= A <= row width",
               ("req",), _length_order, _length_order_check),
     Invariant("live-row-owned", "a live record's row is handed out and owned by that record",
               ("req",), _live_row_owned, _live_row_owned_check),
-    Invariant("released-unallocated", "a released record has kv_allocated_len == 0 (mark_kv_released)",
+    Invariant("released-unallocated", "a released record has kv_allocated_len == 0 and holds no tree lock",
               ("req",), _released_unallocated, _released_unallocated_check),
     Invariant("released-rowless", "a released record names no row (ReqToTokenPool.free cleared it)",
               ("req",), _released_rowless, _released_rowless_check),
-    Invariant("never-admitted-empty", "a record never admitted has no row and zero lengths",
+    Invariant("never-admitted-empty", "a record never admitted, or retracted, has no row, lock or lengths",
               ("req",), _never_admitted_empty, _never_admitted_check),
     Invariant("row-conservation", "free rows + held rows == pool rows; no row freed twice",
               (), _row_conservation, _row_conservation_check),
-    Invariant("token-conservation", "free slots + sum over holding records of (A - P) == total slots",
+    Invariant("token-conservation", "free + tree-owned + sum of holding records' ceil_align(A) - P == total slots",
               (), _token_conservation, _token_conservation_check),
-    Invariant("slot-exclusive", "no slot is both free and owned, or owned by two records; slot 0 unused",
-              (), None, _slot_exclusive_check),
+    Invariant("page-ownership", "every page has one holder: free, the tree, or one record's own [P, A)",
+              (), None, _page_ownership_check),
+    Invariant("tree-counters", "the tree's evictable and protected counters equal a recount of its nodes",
+              (), None, _tree_counters_check),
 )
 
 BY_ID = {inv.id: inv for inv in INVARIANTS}

@@ -68,7 +68,7 @@ BAD_FILES = {
     "absurd.json": json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "rows": 10**9},
                                "steps": []}).encode(),
     "unbuildable.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
-                                    "config": {**DEFAULT_POOL, "page_size": 4, "faults": []}}).encode(),
+                                    "config": {**DEFAULT_POOL, "page_size": 3, "faults": []}}).encode(),
     "badfault.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
                                  "config": {**DEFAULT_POOL, "faults": ["no_such_fault"]}}).encode(),
 }

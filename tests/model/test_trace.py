@@ -9,12 +9,14 @@ import pytest
 
 from model.trace import Failure, Step, Trace, TraceError, dump, load, parse
 
+ADMIT_ARGS = {"req": 0, "prompt": 3, "n": 3, "family": 0, "prefix": 0}
 GOOD = {
     "format": "kvlife-trace", "version": 1,
     "config": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 1,
                "cache": "chunk", "faults": []},
     "seed": 1,
-    "steps": [{"op": "admit", "args": {"req": 0, "n": 3}, "choice": {"row": 4}}, {"op": "finish", "args": {"req": 0}}],
+    "steps": [{"op": "admit", "args": ADMIT_ARGS, "choice": {"row": 4, "dup": 0}},
+              {"op": "finish", "args": {"req": 0}, "choice": {"dup": 0}}],
     "failure": {"step": 1, "kind": "invariant", "id": "row-exclusive", "message": "m"},
 }
 
@@ -40,12 +42,13 @@ BAD = {
     "wrong-format": (_doc(format="pickle"), "format must be"),
     "wrong-version": (_doc(version=2), "version 2 is not supported"),
     "unknown-op": (_step(op="format_disk"), "unknown op"),
-    "absurd-req": (_step(args={"req": 10**30, "n": 1}), "args.req must be an integer"),
-    "negative-len": (_step(args={"req": 0, "n": -1}), "args.n must be an integer"),
-    "float-arg": (_step(args={"req": 0, "n": 1.5}), "args.n must be an integer"),
-    "bool-arg": (_step(args={"req": True, "n": 1}), "args.req must be an integer"),
-    "extra-arg": (_step(args={"req": 0, "n": 1, "x": 1}), "unexpected args"),
+    "absurd-req": (_step(args={**ADMIT_ARGS, "req": 10**30}), "args.req must be an integer"),
+    "negative-len": (_step(args={**ADMIT_ARGS, "n": -1}), "args.n must be an integer"),
+    "float-arg": (_step(args={**ADMIT_ARGS, "n": 1.5}), "args.n must be an integer"),
+    "bool-arg": (_step(args={**ADMIT_ARGS, "req": True}), "args.req must be an integer"),
+    "extra-arg": (_step(args={**ADMIT_ARGS, "x": 1}), "unexpected args"),
     "missing-arg": (_step(args={"req": 0}), "missing args"),
+    "extra-choice": (_step(choice={"row": 4, "dup": 0, "freed": 1}), "unexpected choice"),
     "absurd-rows": (_cfg(rows=10**12), "config.rows must be an integer"),
     "string-tokens": (_cfg(tokens="64"), "config.tokens must be an integer"),
     "bad-device": (_cfg(device="tpu"), "config.device must be one of"),
@@ -82,7 +85,7 @@ def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    trace = Trace(GOOD["config"], 7, [Step("admit", {"req": 0, "n": 3}, {"row": 4})],  # type: ignore[arg-type]
+    trace = Trace(GOOD["config"], 7, [Step("admit", ADMIT_ARGS, {"row": 4, "dup": 0})],  # type: ignore[arg-type]
                   Failure(0, "invariant", "x", "y"), {"source": "test"})
     dump(trace, tmp_path / "t.json")
     assert load(tmp_path / "t.json") == trace
