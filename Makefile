@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
-.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean
+.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe
 
 setup: $(STAMP)
 
@@ -44,5 +44,20 @@ replay: setup
 	@test -n "$(CE)" || { echo "usage: make replay CE=path/to/trace.json" >&2; exit 2; }
 	@$(BIN)/python -m fuzz replay $(CE)
 
+# Upstream SGLang: one venv per pinned version (.venv-sglang-VERSION); quick when nothing changed.
+SGLANG_VERSIONS := 0.5.23 0.5.18
+
+sglang-setup:
+	@for v in $(SGLANG_VERSIONS); do bash upstream/setup.sh $$v || exit 1; done
+
+# The upstream target's tests inside each sglang venv (the main venv skips them).
+sglang-test: sglang-setup
+	@for v in $(SGLANG_VERSIONS); do echo "sglang-test: sglang $$v"; \
+	  .venv-sglang-$$v/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
+
+# A small lifecycle per version; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
+sglang-probe: sglang-setup
+	@for v in $(SGLANG_VERSIONS); do .venv-sglang-$$v/bin/python -m impl.upstream.probe; done
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports
+	rm -rf $(VENV) .venv-sglang-* .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports

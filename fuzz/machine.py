@@ -24,6 +24,7 @@ LIVE = PREFILL | DECODING
 RELEASED = frozenset({STATUS_DONE})
 READMITTABLE = frozenset({STATUS_DONE, STATUS_WAITING})
 FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
+PICK = st.integers(0, 15)  # which of the requests in the right status a step acts on
 
 
 @dataclass
@@ -63,8 +64,10 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             s = self.lock.model.state
             return [r for r in self.lock.model.known_requests() if s.rec_status.get(r) in statuses]
 
-        def _pick(self, data: st.DataObject, statuses: frozenset[int]) -> int:
-            return data.draw(st.sampled_from(self._ids(statuses)), label="req")
+        def _pick(self, index: int, statuses: frozenset[int]) -> int:
+            # An index into the matching ids (not a `data()` draw): cheaper, and it shrinks towards the oldest.
+            ids = self._ids(statuses)
+            return ids[index % len(ids)]
 
         def _new_rid(self) -> int:
             self.next_rid += 1
@@ -94,48 +97,48 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self._do("pd_prealloc", {"req": self._new_rid(), "fill": fill})
 
         @precondition(has_prefill)
-        @rule(data=st.data(), n=lengths)
-        def extend(self, data: st.DataObject, n: int) -> None:
-            self._do("extend", {"req": self._pick(data, PREFILL), "n": n})
+        @rule(i=PICK, n=lengths)
+        def extend(self, i: int, n: int) -> None:
+            self._do("extend", {"req": self._pick(i, PREFILL), "n": n})
 
         @precondition(has_readmittable)
-        @rule(data=st.data(), n=lengths)
-        def readmit(self, data: st.DataObject, n: int) -> None:
-            self._do("extend", {"req": self._pick(data, READMITTABLE), "n": n})
+        @rule(i=PICK, n=lengths)
+        def readmit(self, i: int, n: int) -> None:
+            self._do("extend", {"req": self._pick(i, READMITTABLE), "n": n})
 
         @precondition(has_decoding)
-        @rule(data=st.data())
-        def decode(self, data: st.DataObject) -> None:
-            self._do("decode", {"req": self._pick(data, DECODING)})
+        @rule(i=PICK)
+        def decode(self, i: int) -> None:
+            self._do("decode", {"req": self._pick(i, DECODING)})
 
         @precondition(lambda self: speculative and self.has_decoding())
-        @rule(data=st.data(), reserve=st.integers(1, 8))
-        def spec_prepare(self, data: st.DataObject, reserve: int) -> None:
-            self._do("spec_prepare", {"req": self._pick(data, DECODING), "reserve": reserve})
+        @rule(i=PICK, reserve=st.integers(1, 8))
+        def spec_prepare(self, i: int, reserve: int) -> None:
+            self._do("spec_prepare", {"req": self._pick(i, DECODING), "reserve": reserve})
 
         @precondition(lambda self: speculative and self.has_decoding())
-        @rule(data=st.data(), accepted=st.integers(1, 8))
-        def spec_commit(self, data: st.DataObject, accepted: int) -> None:
-            self._do("spec_commit", {"req": self._pick(data, DECODING), "accepted": accepted})
+        @rule(i=PICK, accepted=st.integers(1, 8))
+        def spec_commit(self, i: int, accepted: int) -> None:
+            self._do("spec_commit", {"req": self._pick(i, DECODING), "accepted": accepted})
 
         @precondition(has_live)
-        @rule(data=st.data(), path=st.sampled_from(["finish", "pp_release", "retract", "abort"]))
-        def release(self, data: st.DataObject, path: str) -> None:
-            self._do(path, {"req": self._pick(data, LIVE)})
+        @rule(i=PICK, path=st.sampled_from(["finish", "pp_release", "retract", "abort"]))
+        def release(self, i: int, path: str) -> None:
+            self._do(path, {"req": self._pick(i, LIVE)})
 
         @precondition(has_live)
-        @rule(data=st.data())
-        def pp_release_manual(self, data: st.DataObject) -> None:
+        @rule(i=PICK)
+        def pp_release_manual(self, i: int) -> None:
             # The hand-written release is only ever called under PR #37167's preconditions.
             m = self.lock.model
             ok = [r for r in self._ids(LIVE) if all(manual_release_preconditions(PY, m.sizes, m.state, r))]
             if ok:
-                self._do("pp_release_manual", {"req": data.draw(st.sampled_from(ok), label="req")})
+                self._do("pp_release_manual", {"req": ok[i % len(ok)]})
 
         @precondition(lambda self: bool(self._ids(frozenset({STATUS_WAITING}))))
-        @rule(data=st.data())
-        def abort_waiting(self, data: st.DataObject) -> None:
-            self._do("abort", {"req": self._pick(data, frozenset({STATUS_WAITING}))})
+        @rule(i=PICK)
+        def abort_waiting(self, i: int) -> None:
+            self._do("abort", {"req": self._pick(i, frozenset({STATUS_WAITING}))})
 
         @precondition(lambda self: radix)
         @rule(n=lengths)
@@ -149,14 +152,14 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self._do("flush", {})
 
         @precondition(has_released)
-        @rule(data=st.data(), n=lengths)
-        def reuse_released(self, data: st.DataObject, n: int) -> None:
-            rid = self._pick(data, RELEASED)
+        @rule(i=PICK, n=lengths)
+        def reuse_released(self, i: int, n: int) -> None:
+            rid = self._pick(i, RELEASED)
             self._do("reuse_released", {"req": rid, "row": self.lock.last_row[rid], "n": n})
 
         @precondition(has_released)
-        @rule(data=st.data(), op=st.sampled_from(["release_again", "free_row"]))
-        def release_released(self, data: st.DataObject, op: str) -> None:
-            self._do(op, {"req": self._pick(data, RELEASED)})
+        @rule(i=PICK, op=st.sampled_from(["release_again", "free_row"]))
+        def release_released(self, i: int, op: str) -> None:
+            self._do(op, {"req": self._pick(i, RELEASED)})
 
     return LifecycleMachine

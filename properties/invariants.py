@@ -375,7 +375,7 @@ def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
 
 def _page_ownership_check(snap: SnapshotLike) -> list[str]:
     try:
-        result = check_pages(page_snapshot(snap), backend="torch")
+        result = check_pages(page_snapshot(snap), backend="auto")
     except ValueError as exc:
         return [f"the pool's tensors are malformed for the page check: {exc}"]
     out = [f"page {v.page} {v.kind.replace('-', ' ')}: held by {', '.join(map(_owner_name, v.owners))}"

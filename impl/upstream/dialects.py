@@ -18,6 +18,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from impl.engine import RecordView
 from impl.upstream.compat import prepare_sglang_import
 
@@ -42,10 +44,9 @@ def installed_version() -> str:
     return version
 
 
-def _server_args_fields() -> dict[str, Any]:
-    # The process-wide config sglang's pool code reads (get_spec, get_serving, attention_backends): no
-    # speculative decoding, no radix tree, and the CPU attention backend, whose row writes use torch.
-    return {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
+# The process-wide config sglang's pool code reads (get_spec, get_serving, attention_backends): no speculative
+# decoding, no radix tree, and the CPU attention backend, whose row writes use torch rather than a Triton kernel.
+SERVER_ARGS = {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
 
 
 class Dialect(abc.ABC):
@@ -70,14 +71,14 @@ class Dialect(abc.ABC):
         self.common = common
         self.sampling_params = SamplingParams
         self.no_speculation = SpeculativeAlgorithm.NONE
-        publish(ServerArgs(**_server_args_fields()), role="scheduler")
+        publish(ServerArgs(**SERVER_ARGS), role="scheduler")
 
     def new_pool(self, rows: int, width: int) -> Any:
         return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
 
     def new_allocator(self, tokens: int, need_sort: bool) -> Any:
         # dtype and kvcache only size the KV buffers, which the allocator itself never touches.
-        return self.allocator.TokenToKVPoolAllocator(tokens, self._kv_dtype(), "cpu", None, need_sort)
+        return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, need_sort)
 
     def new_req(self, rid: int, max_new_tokens: int) -> Any:
         params = self.sampling_params(max_new_tokens=max_new_tokens)
@@ -149,11 +150,6 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def pp_release_manual(self, req: Any, cache: Any) -> None:
         """The hand-written PP-profiling release that `release_kv_cache` replaced."""
-
-    def _kv_dtype(self) -> Any:
-        import torch
-
-        return torch.float16
 
 
 def _model_config() -> types.SimpleNamespace:
