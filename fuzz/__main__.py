@@ -2,6 +2,7 @@
 
   run     exit 0: nothing found; 1: a counterexample was found and written; 2: bad usage
   replay  exit 1: the trace fails on the pool; 0: it does not; 2: not a valid trace (reason on one line)
+  emit    exit 0: the regression test was written; 2: not a valid trace
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from fuzz.emit import REGRESSIONS, emit
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
@@ -22,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "emit":
+        return _emit(args)
     return _replay(args)
 
 
@@ -36,10 +40,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
+    r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
     p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
     p.add_argument("file", type=Path)
     p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")
-    p.add_argument("--verbose", action="store_true", help="print the model state after each step")
+    p.add_argument("--verbose", action="store_true", help="print the model and pool state after each step")
+    e = sub.add_parser("emit", help="write a pytest regression test that replays a counterexample")
+    e.add_argument("file", type=Path)
+    e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
     return parser
 
 
@@ -57,6 +65,8 @@ def _run(args: argparse.Namespace) -> int:
     result = run(config, profile, seed, args.out, args.db)
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
+    if args.coverage:
+        print(coverage_table(result.corners))
     if result.counterexample is None:
         print("fuzz run: nothing found")
         return 0
@@ -64,6 +74,13 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  written to {result.counterexample}")
     print(f"  replay with: python -m fuzz replay {result.counterexample}")
     return 1
+
+
+def coverage_table(corners: dict[str, int]) -> str:
+    """The lifecycle corners a run reached, with how many steps reached each, grouped by operation."""
+    lines = ["  lifecycle corners reached (steps):"]
+    lines += [f"    {name:<48} {count:>7}" for name, count in sorted(corners.items())]
+    return "\n".join(lines)
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -78,6 +95,17 @@ def _replay(args: argparse.Namespace) -> int:
     code, line = verdict(trace, result)
     print(line)
     return code
+
+
+def _emit(args: argparse.Namespace) -> int:
+    try:
+        trace = load_trace(args.file, None)
+    except TraceError as exc:
+        print(f"emit: invalid trace {args.file}: {exc}", file=sys.stderr)
+        return 2
+    path = emit(trace, args.out)
+    print(f"emit: wrote {path}; run it with: .venv/bin/python -m pytest {path}")
+    return 0
 
 
 def _parse_faults(text: str | None) -> list[str] | None:

@@ -85,6 +85,7 @@ class Lockstep:
     snap: PoolSnapshot = field(init=False)
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
+    corners: list[str] = field(default_factory=list)  # the lifecycle corners the last step reached
 
     def __post_init__(self) -> None:
         self.target = make_target(self.config)
@@ -100,10 +101,12 @@ class Lockstep:
             result = _CALLS[op](self.target, args)
         except Refused as exc:
             self.steps.append(Step(op, args))
+            self.corners = refusal_corners(op, legal, str(exc))
             return self._refused(index, op, args, legal, str(exc), before)
         self.snap = self.target.snapshot()
         choice = self._choices(op, args, result, before, self.snap)
         self.steps.append(Step(op, args, choice))
+        self.corners = step_corners(op, args, choice, before, self.snap)
         if not legal:
             return self._accepted_forbidden(index, op, args)
         return self._judge(index, op, {**args, **choice}) or self._observe(index)
@@ -181,6 +184,39 @@ class Lockstep:
         if diffs:
             return Failure(index, "mismatch", "abstraction", "model and pool disagree: " + "; ".join(diffs))
         return None
+
+
+def refusal_corners(op: str, legal: bool, reason: str) -> list[str]:
+    """Which corners a refused call reached: a refused forbidden call, or exhaustion of rows or slots."""
+    corners = [f"{op}: refused" if legal else f"{op}: forbidden call refused"]
+    if "no free row" in reason:
+        corners.append("pool: out of rows")
+    elif "slots asked" in reason:
+        corners.append("pool: out of slots")
+    return corners
+
+
+def step_corners(op: str, args: dict[str, int], choice: dict[str, int], before: PoolSnapshot,
+                 after: PoolSnapshot) -> list[str]:
+    """Which lifecycle corners an accepted step reached (for the coverage table)."""
+    corners = [f"{op}: done"]
+    record, previous = after.records.get(args.get("req", -1)), before.records.get(args.get("req", -1))
+    if args.get("prefix", 0) > 0:
+        corners.append(f"{op}: prefix matched in the tree")
+    locked_before = previous.protected_len if previous is not None and previous.row is not None else 0
+    if choice.get("dup", 0) > max(locked_before, args.get("prefix", 0)):
+        corners.append(f"{op}: insert found tokens already cached")
+    if choice.get("freed", 0) > 0:
+        corners.append("evict: freed tree pages")
+    if op == "extend" and previous is not None:
+        corners.append("extend: next chunk on the same row" if previous.row is not None else "extend: re-admission")
+    if record is not None and record.allocated_len > record.committed_len:
+        corners.append("record: over-allocated (C < A)")
+    if record is not None and record.tree_locked:
+        corners.append("record: holds a tree lock")
+    if not after.free_rows:
+        corners.append("pool: every row held")
+    return corners
 
 
 def _call(op: str, args: dict[str, int]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
@@ -36,6 +37,7 @@ class Recorder:
     total_steps: int = 0
     cases: int = 0
     ops: dict[str, int] = field(default_factory=dict)
+    corners: dict[str, int] = field(default_factory=dict)
 
 
 def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
@@ -50,6 +52,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.lock = Lockstep(recorder.config)
             self.next_rid = 0
+            self.most_rows_held = 0
             recorder.last = self.lock
             recorder.cases += 1
 
@@ -57,8 +60,16 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             recorder.total_steps += 1
             recorder.ops[op] = recorder.ops.get(op, 0) + 1
             failure = self.lock.step(op, args)
+            for corner in self.lock.corners:
+                recorder.corners[corner] = recorder.corners.get(corner, 0) + 1
+                event(corner)
             if failure is not None:
                 raise StepFailed(failure)
+            self.most_rows_held = max(self.most_rows_held, self.lock.config["rows"] - len(self.lock.snap.free_rows))
+
+        def teardown(self) -> None:
+            # Steer towards crowded pools, where rows, slots and tree pages run out and get shared.
+            target(float(self.most_rows_held), label="most rows held at once")
 
         def _ids(self, statuses: frozenset[int]) -> list[int]:
             s = self.lock.model.state

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from fuzz.lockstep import Lockstep
 from model.trace import Failure, Trace, TraceError, load
+from properties.abstraction import observe
 
 
 @dataclass
@@ -43,10 +44,21 @@ def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
         chosen = "" if not taken else " -> " + ", ".join(f"{k} {v}" for k, v in taken.items())
         lines.append(f"  {index:>3} {call}{chosen}  {'FAIL' if failure else 'ok'}{note}")
         if verbose:
-            lines.append(f"      model {lock.model.observe()}")
+            lines += _states(lock)
         if failure is not None:
             return ReplayResult(failure, index + 1, lines)
     return ReplayResult(None, len(trace.steps), lines)
+
+
+def _states(lock: Lockstep) -> list[str]:
+    """The model's and the pool's records and counters after a step, one record a line."""
+    model, pool = lock.model.observe(), observe(lock.snap)
+    lines = []
+    for label, obs in (("model", model), ("pool ", pool)):
+        lines.append(f"      {label} free rows {sorted(obs.free_rows)}, free slots {obs.free_slot_count}, "
+                     f"tree slots {obs.tree_slot_count}")
+        lines += [f"      {label} req {rid}: {rec}" for rid, rec in sorted(obs.records.items())]
+    return lines
 
 
 def verdict(trace: Trace, result: ReplayResult) -> tuple[int, str]:

@@ -29,6 +29,7 @@ class RunResult:
     cases: int
     seconds: float
     ops: dict[str, int]
+    corners: dict[str, int]
 
 
 def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path) -> RunResult:
@@ -43,8 +44,9 @@ def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Pat
     except StepFailed as exc:
         path = _write_counterexample(recorder, exc, profile, seed, out_dir)
         return RunResult(path, str(exc), recorder.total_steps, recorder.cases, time.perf_counter() - start,
-                         recorder.ops)
-    return RunResult(None, "", recorder.total_steps, recorder.cases, time.perf_counter() - start, recorder.ops)
+                         recorder.ops, recorder.corners)
+    return RunResult(None, "", recorder.total_steps, recorder.cases, time.perf_counter() - start, recorder.ops,
+                     recorder.corners)
 
 
 def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile, seed: int | None,

@@ -96,3 +96,27 @@ def test_bad_cli_flags_exit_2() -> None:
     with pytest.raises(SystemExit) as info:
         fuzz_main(["run", "--profile", "forever"])
     assert info.value.code == 2
+
+
+def test_emitted_regression_fails_with_the_fault_and_passes_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run(tmp_path, ["legacy_reuse_guard"])
+    assert result.counterexample is not None
+    assert fuzz_main(["emit", str(result.counterexample), "--out", str(tmp_path / "regressions")]) == 0
+    (test_file,) = (tmp_path / "regressions").glob("test_*.py")
+    namespace: dict[str, object] = {}
+    exec(compile(test_file.read_text(), str(test_file), "exec"), namespace)
+    (test,) = [f for name, f in namespace.items() if name.startswith("test_")]
+    test()  # type: ignore[operator]
+    monkeypatch.setenv("KVLIFE_REGRESSION_FAULTS", "legacy_reuse_guard")
+    with pytest.raises(AssertionError, match="accepted-forbidden"):
+        test()  # type: ignore[operator]
+
+
+def test_verbose_replay_shows_model_and_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _run(tmp_path, ["raw_row_free"])
+    assert result.counterexample is not None
+    assert fuzz_main(["replay", str(result.counterexample), "--verbose"]) == 1
+    out = capsys.readouterr().out
+    assert "      model req 0:" in out and "      pool  req 0:" in out
