@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from fuzz.emit import REGRESSIONS, emit
+from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="fuzz the reference pool in lockstep with the model")
     r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
     r.add_argument("--pool", choices=sorted(POOLS), default="chunk-p1", help="which pool shape to fuzz")
+    r.add_argument("--swarm", choices=sorted(SWARMS), default="all", help="fuzz only this group of rules")
     r.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
                    help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}")
     r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
@@ -57,12 +59,12 @@ def _run(args: argparse.Namespace) -> int:
     if seed is None and not profile.derandomize:
         seed = int.from_bytes(__import__("os").urandom(4), "little")
     config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
-    print(f"fuzz run: profile {profile.name}, seed {seed if seed is not None else 'derandomized'}, "
+    print(f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
           f"faults {', '.join(args.fault) or 'none'}", flush=True)
     print(f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
           f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
           f"{config['device']}", flush=True)
-    result = run(config, profile, seed, args.out, args.db)
+    result = run(config, profile, seed, args.out, args.db, args.swarm)
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
     if args.coverage:
@@ -79,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
 def coverage_table(corners: dict[str, int]) -> str:
     """The lifecycle corners a run reached, with how many steps reached each, grouped by operation."""
     lines = ["  lifecycle corners reached (steps):"]
-    lines += [f"    {name:<48} {count:>7}" for name, count in sorted(corners.items())]
+    width = max((len(name) for name in corners), default=0)
+    lines += [f"    {name:<{width}} {count:>7}" for name, count in sorted(corners.items())]
     return "\n".join(lines)
 
 

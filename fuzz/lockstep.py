@@ -8,17 +8,22 @@ tensors. The driver does not need Hypothesis: the fuzzer and replay share it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
 from impl.faults import FaultSet
+from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
+from model.interp import PY
 from model.state import Sizes
 from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
+from properties.snapshot import LIVE_STATUSES as LIVE
+from properties.snapshot import STATUS_DECODE
 
 Call = Callable[[Any, dict[str, int]], Any]
 
@@ -41,7 +46,9 @@ _CALLS: dict[str, Call] = {
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
-OPS = frozenset(_CALLS)
+# A step that changes nothing: every release path runs on clones of the pool and the results are compared.
+DIFFERENTIAL = "differential"
+OPS = frozenset(_CALLS) | {DIFFERENTIAL}
 
 
 class StepFailed(AssertionError):
@@ -94,6 +101,8 @@ class Lockstep:
 
     def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
         """Run one step on both sides; the failure it shows, if any. The step is recorded either way."""
+        if op == DIFFERENTIAL:
+            return self.differential(inputs["req"])
         index, before = len(self.steps), self.snap
         args = {**inputs, **self._prefix(op, inputs)}
         legal = self.model.enabled(op, args)
@@ -110,6 +119,36 @@ class Lockstep:
         if not legal:
             return self._accepted_forbidden(index, op, args)
         return self._judge(index, op, {**args, **choice}) or self._observe(index)
+
+    def differential(self, rid: int) -> Failure | None:
+        """Run every release path that applies to `rid` on clones of the pool and compare their post-states:
+        where the model proves two paths equal they must match; elsewhere a difference is only reported."""
+        index = len(self.steps)
+        self.steps.append(Step(DIFFERENTIAL, {"req": rid}))
+        self.corners = []
+        for first, second, equal_when in self._release_pairs(rid):
+            diffs = _differences(_run_path(self.target, first, rid), _run_path(self.target, second, rid))
+            if diffs and equal_when is None:
+                why = f"request {rid}: the model proves them equal here, the pool differs: " + "; ".join(diffs)
+                return Failure(index, "release-divergence", f"{first} vs {second}", why)
+            if diffs:
+                self.corners.append(f"differential: {first} vs {second} differ without `{equal_when}`")
+            else:
+                self.corners.append(f"differential: {first} == {second}")
+        return None
+
+    def _release_pairs(self, rid: int) -> list[tuple[str, str, str | None]]:
+        """Pairs of release paths, each with None where the model proves them equal, else the failed precondition."""
+        m, status = self.model, self.model.state.rec_status.get(rid)
+        if status not in LIVE:
+            return []
+        held = manual_release_preconditions(PY, m.sizes, m.state, rid)
+        failed = next((MANUAL_PRECONDITIONS[k] for k, ok in enumerate(held) if not ok), None)
+        pairs: list[tuple[str, str, str | None]] = [("pp_release", "pp_release_manual", failed),
+                                                      ("pp_release", "retract", None)]
+        if status == STATUS_DECODE:
+            pairs.append(("finish", "abort", None))
+        return pairs
 
     def _prefix(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
         """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
@@ -184,6 +223,35 @@ class Lockstep:
         if diffs:
             return Failure(index, "mismatch", "abstraction", "model and pool disagree: " + "; ".join(diffs))
         return None
+
+
+def _pool_state(target: ReferencePool, rid: int) -> dict[str, Any]:
+    """What two release paths must agree on: free pages and rows as multisets, the tree, the request's record."""
+    snap = target.snapshot()
+    record = snap.records[rid]
+    return {
+        "free pages": sorted(snap.free_slots.tolist() + snap.release_slots.tolist()),
+        "free rows": sorted(snap.free_rows),
+        "tree slots": sorted(snap.tree_slots.tolist()),
+        "tree sizes": (snap.evictable_size, snap.protected_size),
+        "record": (record.row, record.allocated_len, record.tree_locked),
+    }
+
+
+def _run_path(target: ReferencePool, path: str, rid: int) -> dict[str, Any] | str:
+    """The pool state after `path` on a clone of `target`, or why the clone refused it."""
+    clone = copy.deepcopy(target)
+    try:
+        _CALLS[path](clone, {"req": rid})
+    except Refused as exc:
+        return f"refused: {exc}"
+    return _pool_state(clone, rid)
+
+
+def _differences(a: dict[str, Any] | str, b: dict[str, Any] | str) -> list[str]:
+    if isinstance(a, str) or isinstance(b, str):
+        return [] if a == b else [f"{a!r} vs {b!r}"]
+    return [f"{key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
 
 
 def refusal_corners(op: str, legal: bool, reason: str) -> list[str]:

@@ -24,8 +24,23 @@ DECODING = frozenset({STATUS_DECODE})
 LIVE = PREFILL | DECODING
 RELEASED = frozenset({STATUS_DONE})
 READMITTABLE = frozenset({STATUS_DONE, STATUS_WAITING})
+WAITING = frozenset({STATUS_WAITING})
 FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
 PICK = st.integers(0, 15)  # which of the requests in the right status a step acts on
+
+# Named rule groups (`--swarm`): beyond Hypothesis's own random rule subsets, each leaves out whole flows so the
+# rest are exercised harder. None is every rule.
+SWARMS: dict[str, frozenset[str] | None] = {
+    "all": None,
+    "chunked-heavy": frozenset({"admit", "extend", "readmit", "release", "differential", "reuse_released",
+                                "release_released", "flush"}),
+    "abort-heavy": frozenset({"admit", "extend", "decode", "release", "abort_waiting", "readmit", "differential"}),
+    "exhaustion": frozenset({"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release"}),
+    "speculative": frozenset({"admit", "pd_prealloc", "decode", "spec_prepare", "spec_commit", "release",
+                              "pp_release_manual", "differential"}),
+    "radix-sharing": frozenset({"admit", "extend", "readmit", "evict", "release", "flush", "differential",
+                                "pp_release_manual"}),
+}
 
 
 @dataclass
@@ -33,6 +48,7 @@ class Recorder:
     """What the runner needs after Hypothesis returns: the last run's lockstep, and what was run."""
 
     config: dict[str, Any]
+    swarm: str = "all"
     last: Lockstep | None = None
     total_steps: int = 0
     cases: int = 0
@@ -46,6 +62,10 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     lengths = st.integers(min_value=1, max_value=width)
     radix = recorder.config.get("cache") == "radix"
     speculative = bool(recorder.config.get("speculative"))
+    rules = SWARMS[recorder.swarm]
+
+    def allowed(rule_name: str) -> bool:
+        return rules is None or rule_name in rules
 
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -99,45 +119,47 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def has_readmittable(self) -> bool:
             return bool(self._ids(READMITTABLE))
 
+        @precondition(lambda self: allowed("admit"))
         @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1))
         def admit(self, prompt: int, n: int, family: int) -> None:
             self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family})
 
+        @precondition(lambda self: allowed("pd_prealloc"))
         @rule(fill=lengths)
         def pd_prealloc(self, fill: int) -> None:
             self._do("pd_prealloc", {"req": self._new_rid(), "fill": fill})
 
-        @precondition(has_prefill)
+        @precondition(lambda self: allowed("extend") and self.has_prefill())
         @rule(i=PICK, n=lengths)
         def extend(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, PREFILL), "n": n})
 
-        @precondition(has_readmittable)
+        @precondition(lambda self: allowed("readmit") and self.has_readmittable())
         @rule(i=PICK, n=lengths)
         def readmit(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, READMITTABLE), "n": n})
 
-        @precondition(has_decoding)
+        @precondition(lambda self: allowed("decode") and self.has_decoding())
         @rule(i=PICK)
         def decode(self, i: int) -> None:
             self._do("decode", {"req": self._pick(i, DECODING)})
 
-        @precondition(lambda self: speculative and self.has_decoding())
+        @precondition(lambda self: allowed("spec_prepare") and speculative and self.has_decoding())
         @rule(i=PICK, reserve=st.integers(1, 8))
         def spec_prepare(self, i: int, reserve: int) -> None:
             self._do("spec_prepare", {"req": self._pick(i, DECODING), "reserve": reserve})
 
-        @precondition(lambda self: speculative and self.has_decoding())
+        @precondition(lambda self: allowed("spec_commit") and speculative and self.has_decoding())
         @rule(i=PICK, accepted=st.integers(1, 8))
         def spec_commit(self, i: int, accepted: int) -> None:
             self._do("spec_commit", {"req": self._pick(i, DECODING), "accepted": accepted})
 
-        @precondition(has_live)
+        @precondition(lambda self: allowed("release") and self.has_live())
         @rule(i=PICK, path=st.sampled_from(["finish", "pp_release", "retract", "abort"]))
         def release(self, i: int, path: str) -> None:
             self._do(path, {"req": self._pick(i, LIVE)})
 
-        @precondition(has_live)
+        @precondition(lambda self: allowed("pp_release_manual") and self.has_live())
         @rule(i=PICK)
         def pp_release_manual(self, i: int) -> None:
             # The hand-written release is only ever called under PR #37167's preconditions.
@@ -146,29 +168,34 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             if ok:
                 self._do("pp_release_manual", {"req": ok[i % len(ok)]})
 
-        @precondition(lambda self: bool(self._ids(frozenset({STATUS_WAITING}))))
+        @precondition(lambda self: allowed("differential") and self.has_live())
+        @rule(i=PICK)
+        def differential(self, i: int) -> None:
+            self._do("differential", {"req": self._pick(i, LIVE)})
+
+        @precondition(lambda self: allowed("abort_waiting") and bool(self._ids(WAITING)))
         @rule(i=PICK)
         def abort_waiting(self, i: int) -> None:
-            self._do("abort", {"req": self._pick(i, frozenset({STATUS_WAITING}))})
+            self._do("abort", {"req": self._pick(i, WAITING)})
 
-        @precondition(lambda self: radix)
+        @precondition(lambda self: allowed("evict") and radix)
         @rule(n=lengths)
         def evict(self, n: int) -> None:
             self._do("evict", {"n": n})
 
         # Flushing is for an idle pool: drawn only once no request holds a row (waiting ones make it a refusal).
-        @precondition(lambda self: self.lock.model.state.n_held_rows == 0)
+        @precondition(lambda self: allowed("flush") and self.lock.model.state.n_held_rows == 0)
         @rule()
         def flush(self) -> None:
             self._do("flush", {})
 
-        @precondition(has_released)
+        @precondition(lambda self: allowed("reuse_released") and self.has_released())
         @rule(i=PICK, n=lengths)
         def reuse_released(self, i: int, n: int) -> None:
             rid = self._pick(i, RELEASED)
             self._do("reuse_released", {"req": rid, "row": self.lock.last_row[rid], "n": n})
 
-        @precondition(has_released)
+        @precondition(lambda self: allowed("release_released") and self.has_released())
         @rule(i=PICK, op=st.sampled_from(["release_again", "free_row"]))
         def release_released(self, i: int, op: str) -> None:
             self._do(op, {"req": self._pick(i, RELEASED)})

@@ -32,9 +32,11 @@ class RunResult:
     corners: dict[str, int]
 
 
-def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path) -> RunResult:
-    """Fuzz the target described by `config` under `profile`; write the shrunk counterexample if one is found."""
-    recorder = Recorder(config)
+def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path,
+        swarm: str = "all") -> RunResult:
+    """Fuzz the target described by `config` under `profile` (with the rule group `swarm`); write the shrunk
+    counterexample if one is found."""
+    recorder = Recorder(config, swarm)
     test = get_state_machine_test(build_machine(recorder), settings=profile.hypothesis_settings(db_dir))
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -54,7 +56,7 @@ def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile,
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
     steps = recorder.last.steps[: exc.failure.step + 1]
-    meta = {"source": "hypothesis", "profile": profile.name, "commit": git_commit(),
+    meta = {"source": "hypothesis", "profile": profile.name, "swarm": recorder.swarm, "commit": git_commit(),
             "hypothesis": hypothesis.__version__}
     trace = Trace(recorder.config, seed, steps, exc.failure, meta)
     digest = hashlib.sha256(json.dumps(trace.to_json()["steps"]).encode()).hexdigest()[:10]

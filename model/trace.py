@@ -24,6 +24,8 @@ MAX_VALUE = 1 << 24
 CONFIG_BOUNDS = {"rows": (1, 1 << 20), "tokens": (1, 1 << 24), "width": (1, 1 << 20), "page_size": (1, 1 << 10)}
 CONFIG_CHOICES = {"target": ("reference", "sglang"), "device": ("cpu", "cuda"), "cache": ("chunk", "radix")}
 OPS = {a.name: a for a in CONTRACT}
+# Steps the harness takes that change nothing on model or pool, with their arguments.
+OBSERVATIONS = {"differential": ("req",)}
 
 
 class TraceError(ValueError):
@@ -144,8 +146,10 @@ def _step(index: int, step: Any) -> Step:
     if not isinstance(step, dict):
         raise TraceError(f"step {index} must be an object")
     op = step.get("op")
+    if op in OBSERVATIONS:
+        return Step(op, _int_map(index, "args", step.get("args"), set(OBSERVATIONS[op]), required=True))
     if op not in OPS:
-        raise TraceError(f"step {index}: unknown op {op!r} (known: {', '.join(sorted(OPS))})")
+        raise TraceError(f"step {index}: unknown op {op!r} (known: {', '.join(sorted(OPS) + list(OBSERVATIONS))})")
     action = OPS[op]
     expected = {name for name, _ in action.params} - set(action.choice)
     args = _int_map(index, "args", step.get("args"), expected, required=True)
