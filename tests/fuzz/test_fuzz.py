@@ -25,7 +25,9 @@ def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
     result = _run(tmp_path, [])
     assert result.counterexample is None
     assert result.steps > 500
-    assert {"admit", "extend", "decode", "finish", "reuse_released", "release_again", "free_row"} <= set(result.ops)
+    assert {"admit", "extend", "decode", "finish", "differential"} <= set(result.ops)
+    assert {"reuse_released", "release_again", "free_row"} & set(result.ops), "no negative step was tried"
+    assert any("forbidden call refused" in corner for corner in result.corners)
 
 
 @pytest.mark.parametrize(
