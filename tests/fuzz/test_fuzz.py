@@ -33,9 +33,9 @@ def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("faults", "kinds"),
     [
-        (["legacy_reuse_guard", "raw_row_free"], {"invariant", "mismatch", "accepted-forbidden"}),
+        (["legacy_reuse_guard", "raw_row_free"], {"invariant", "mismatch", "accepted-forbidden", "release-divergence"}),
         (["legacy_reuse_guard"], {"accepted-forbidden"}),
-        (["raw_row_free"], {"invariant", "mismatch"}),
+        (["raw_row_free"], {"invariant", "mismatch", "release-divergence"}),
     ],
 )
 def test_fault_is_found_shrunk_and_replays(tmp_path: Path, faults: list[str], kinds: set[str]) -> None:
