@@ -15,10 +15,13 @@ from model.__main__ import main as prove_main
 from model.trace import load
 
 QUICK = Profile("test", max_examples=60, steps_per_case=20, derandomize=True, keep_database=False)
+# Hunting a fault stops at the first failure, so a larger budget costs only when the fault hides.
+HUNT = Profile("test-hunt", max_examples=400, steps_per_case=20, derandomize=True, keep_database=False)
 
 
 def _run(tmp_path: Path, faults: list[str]):  # type: ignore[no-untyped-def]
-    return run({**DEFAULT_POOL, "faults": faults}, QUICK, None, tmp_path / "ce", tmp_path / "db")
+    profile = HUNT if faults else QUICK
+    return run({**DEFAULT_POOL, "faults": faults}, profile, None, tmp_path / "ce", tmp_path / "db")
 
 
 def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
