@@ -162,16 +162,20 @@ def bench_cuda(size: PoolSize) -> None:
         report(label, seconds, nbytes, f"{nbytes / seconds / H200_PEAK_BYTES_PER_S:.1%} of H200 peak")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help=f"a small pool ({QUICK.describe()})")
-    args = parser.parse_args()
-    size = QUICK if args.quick else FULL
+def run(quick: bool) -> None:
+    """The page-check benchmark on the full (or, with `quick`, a small) pool."""
+    size = QUICK if quick else FULL
     bench_cpu(size)
     if torch.cuda.is_available():
         bench_cuda(size)
     else:
         print("cuda: no device present; Triton kernel not timed")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help=f"a small pool ({QUICK.describe()})")
+    run(parser.parse_args().quick)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
   run     exit 0: nothing found; 1: a counterexample was found and written; 2: bad usage
   replay  exit 1: the trace fails on the pool; 0: it does not; 2: not a valid trace (reason on one line)
   emit    exit 0: the regression test was written; 2: not a valid trace
+  mutants exit 0: every in-scope fault was found and nothing without one; 1: otherwise; 2: bad usage
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from fuzz.emit import REGRESSIONS, emit
 from fuzz.machine import SWARMS
+from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
+from fuzz.mutants import cli as mutants_cli
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
@@ -27,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "emit":
         return _emit(args)
+    if args.command == "mutants":
+        return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
     return _replay(args)
 
 
@@ -50,7 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     e = sub.add_parser("emit", help="write a pytest regression test that replays a counterexample")
     e.add_argument("file", type=Path)
     e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
+    m = sub.add_parser("mutants", help="grade the harness: turn on each fault switch alone and fuzz for it")
+    m.add_argument("--budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="time budget per fault, and per no-fault run of each pool")
+    m.add_argument("--only", action="append", default=[], choices=list(FAULTS), metavar="NAME",
+                   help="score only this fault (repeatable)")
+    m.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="where mutants.json, mutants.md and the counterexamples go")
     return parser
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a budget must be a positive number of seconds, got {text}")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:

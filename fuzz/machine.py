@@ -7,6 +7,7 @@ and expect the pool to refuse them unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,7 @@ class Recorder:
 
     config: dict[str, Any]
     swarm: str = "all"
+    driver: Callable[[dict[str, Any]], Any] = Lockstep  # the model alone, for benchmarks
     last: Lockstep | None = None
     total_steps: int = 0
     cases: int = 0
@@ -70,7 +72,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.lock = Lockstep(recorder.config)
+            self.lock = recorder.driver(recorder.config)
             self.next_rid = 0
             self.most_rows_held = 0
             recorder.last = self.lock

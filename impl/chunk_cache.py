@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from impl.allocator import BaseTokenToKVPoolAllocator
+from impl.faults import NO_FAULTS, FaultSet
 from impl.records import Req
 from impl.req_pool import ReqToTokenPool
 
@@ -12,9 +13,12 @@ from impl.req_pool import ReqToTokenPool
 class ChunkCache:
     """No tree: prefix matches are empty, locks are no-ops, and nothing is evictable or protected."""
 
-    def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: BaseTokenToKVPoolAllocator):
+    def __init__(
+        self, req_to_token_pool: ReqToTokenPool, allocator: BaseTokenToKVPoolAllocator, faults: FaultSet = NO_FAULTS
+    ):
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
+        self.faults = faults
 
     def supports_mamba(self) -> bool:
         return False
@@ -40,8 +44,13 @@ class ChunkCache:
 
     def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None:
         # is_insert has no meaning without a tree; the request's own range [P, n) goes back.
-        self.free_kv_row(req, [(req.kv.cache_protected_len, kv_len_to_handle)])
+        ranges = [(req.kv.cache_protected_len, kv_len_to_handle)]
+        if self.faults.on("double_free_within_group"):
+            ranges.append((kv_len_to_handle - 1, kv_len_to_handle))  # vllm #42571: one slot listed twice
+        self.free_kv_row(req, ranges)
 
     def cache_unfinished_req(self, req: Req) -> None:
         """Stash between chunks: the next chunk re-reads its own slots through `prefix_indices`."""
+        if self.faults.on("chunk_cache_skip_stash"):
+            return  # #33996: skip_radix_cache_insert short-circuited the stash for ChunkCache too
         req.prefix_indices = self.row_slots(req, 0, req.extend_range_end).clone()

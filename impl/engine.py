@@ -180,8 +180,8 @@ class ReferencePool:
         self.allocator = _allocator(config)
         self.tree: RadixCache | None = None
         if config.cache == "radix":
-            self.tree = RadixCache(self.req_to_token_pool, self.allocator, config.page_size)
-        self.cache: PrefixCache = self.tree or ChunkCache(self.req_to_token_pool, self.allocator)
+            self.tree = RadixCache(self.req_to_token_pool, self.allocator, config.page_size, faults)
+        self.cache: PrefixCache = self.tree or ChunkCache(self.req_to_token_pool, self.allocator, faults)
         self.pools = Pools(self.cache, self.allocator, config.evict_on_demand)
         self.reqs: dict[int, Req] = {}
 
@@ -234,7 +234,10 @@ class ReferencePool:
             raise Refused(f"reserve must be positive, got {reserve}")
         req = self._ready_to_decode(rid)
         kv = req.kv
-        next_len = max(kv.kv_allocated_len, ceil_align(kv.kv_committed_len + reserve, self.config.page_size))
+        want = kv.kv_committed_len + reserve
+        if not self.faults.on("unaligned_spec_alloc_len"):
+            want = ceil_align(want, self.config.page_size)
+        next_len = max(kv.kv_allocated_len, want)
         if next_len > self.config.width:
             raise Refused(f"request {rid} would reserve past the row width {self.config.width}")
         self._check_capacity(0, kv.kv_allocated_len, next_len)
@@ -268,7 +271,8 @@ class ReferencePool:
     def retract(self, rid: int) -> None:
         """Retraction (`release_req`): release without insert, evict for the requests still running, then
         `reset_for_retract`; the request waits to be re-admitted with its outputs as prompt."""
-        req = self._running(rid)
+        # #18694: preemption without its not-finished filter also picks requests that already finished.
+        req = self._get(rid) if self.faults.on("preempt_finished_double_free") else self._running(rid)
         self._release(req, is_insert=False, grouped=False)
         running = sum(1 for r in self.reqs.values() if r.kv.holds_kv and r.status is not ReqStatus.FINISHED)
         evict_from_tree_cache(self.pools, running * RETRACT_DECODE_STEPS)
@@ -285,7 +289,9 @@ class ReferencePool:
         if req.status is ReqStatus.FINISHED:
             raise Refused(f"request {rid} already finished")
         kv = req.kv
-        if req.status is ReqStatus.RUNNING and kv.holds_kv:
+        # sglang-jax #1400: the chunked request was dropped from the scheduler without its release.
+        dropped = self.faults.on("drop_chunked_without_release")
+        if req.status is ReqStatus.RUNNING and kv.holds_kv and not dropped:
             self._release(req, is_insert=False, grouped=False)
         elif req.status is ReqStatus.DECODING:
             self._release(req, is_insert=True, grouped=True)
@@ -294,7 +300,11 @@ class ReferencePool:
     def pp_release(self, rid: int) -> None:
         """PP-profiling release after PR #37167: `release_kv_cache(req, cache, is_insert=False)`."""
         req = self._running(rid)
-        self._release(req, is_insert=False, grouped=False)
+        if self.faults.on("pp_manual_release"):
+            # Before PR #37167 the profiling loop released by hand.
+            self._contract(lambda: pp_release_manual(req, self.cache, req.extend_range_end))
+        else:
+            self._release(req, is_insert=False, grouped=False)
         req.status = ReqStatus.FINISHED
 
     def pp_release_manual(self, rid: int) -> None:
@@ -474,7 +484,8 @@ class ReferencePool:
         finally:
             if grouped:
                 self.allocator.free_group_end()
-        req.last_node = None  # the lock went back with the release; the scheduler drops the handle
+        if not self.faults.on("stale_last_node_after_reset"):
+            req.last_node = None  # the lock went back with the release; the scheduler drops the handle
 
     def _extend(self, req: Req, extend_len: int) -> int:
         plan = self._plan_extend(req, extend_len)
@@ -504,13 +515,21 @@ class ReferencePool:
         """`init_next_round_input` + lock (admission only), `alloc_for_extend`, then the stash of the result."""
         if plan.match_limit is not None:
             self._match_and_lock(req, plan.match_limit)
+        elif self.faults.on("chunk_rematch_lock_leak") and self.tree is not None:
+            # #1858: the continuing chunk re-matched its stashed prefix and locked it again, never unlocking.
+            self.tree.inc_lock_ref(self.tree.match_prefix(req.fill_ids[: req.kv.cache_protected_len])[1])
         row = alloc_for_extend(self.pools, req, plan.seq_len)
         req.fill_ids = req.tokens(max(plan.seq_len, len(req.fill_ids)))
         req.extend_range_end = plan.seq_len
         req.prompt_len = plan.prompt_len
-        req.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING
+        prefill_done = plan.seq_len == plan.prompt_len
+        if self.faults.on("skip_continuing_chunk_count") and not plan.new_row:
+            prefill_done = True  # sglang-jax #971: an uncounted continuing chunk's result takes the normal branch
+        req.status = ReqStatus.DECODING if prefill_done else ReqStatus.RUNNING
         # After a middle chunk this is the chunk stash; after the last one, the prompt's insert (§5.1 step 4).
         self.cache.cache_unfinished_req(req)
+        if self.faults.on("chunk_row_free_between_chunks") and not prefill_done:
+            self.req_to_token_pool.free(req)  # before #17850 the row went back at the stash, retaken next chunk
         return row
 
     def _match_and_lock(self, req: Req, match_limit: int) -> None:
@@ -522,6 +541,8 @@ class ReferencePool:
             return
         prefix, node = self.tree.match_prefix(req.tokens(match_limit))
         self.tree.inc_lock_ref(node)
+        if self.faults.on("double_lock_on_chunk_retry"):
+            self.tree.inc_lock_ref(node)  # #20476: a rejected attempt's lock was kept and taken again on retry
         req.prefix_indices, req.last_node = prefix, node
         req.kv.cache_protected_len = prefix.numel()
 

@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from impl.allocator import BaseTokenToKVPoolAllocator
+from impl.faults import FaultSet
 from impl.records import Req
 from impl.req_pool import ReqToTokenPool
 
@@ -16,6 +17,7 @@ class PrefixCache(Protocol):
 
     req_to_token_pool: ReqToTokenPool
     allocator: BaseTokenToKVPoolAllocator
+    faults: FaultSet
 
     def supports_mamba(self) -> bool: ...
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from impl.allocator import BaseTokenToKVPoolAllocator
+from impl.faults import NO_FAULTS, FaultSet
 from impl.records import Req
 from impl.req_pool import ContractViolation, ReqToTokenPool
 
@@ -41,12 +42,19 @@ class TreeNode:
 class RadixCache:
     """Prefix tree over page-aligned token keys, with the release interface of `ChunkCache`."""
 
-    def __init__(self, req_to_token_pool: ReqToTokenPool, allocator: BaseTokenToKVPoolAllocator, page_size: int):
+    def __init__(
+        self,
+        req_to_token_pool: ReqToTokenPool,
+        allocator: BaseTokenToKVPoolAllocator,
+        page_size: int,
+        faults: FaultSet = NO_FAULTS,
+    ):
         assert page_size >= 1, f"page_size must be positive, got {page_size}"
         assert allocator.page_size == page_size, "the tree's pages must be the allocator's pages"
         self.req_to_token_pool = req_to_token_pool
         self.allocator = allocator
         self.page_size = page_size
+        self.faults = faults
         self.reset()
 
     def reset(self) -> None:
@@ -90,12 +98,16 @@ class RadixCache:
             leaf = TreeNode(next(self._node_ids), aligned[prefix_len:], leaf_value, node)
             leaf.last_access = self._access_clock
             node.children[self._child_key(leaf.key)] = leaf
-            self.evictable_size_ += len(leaf.key)
+            # #35270: the counter took the whole key, counting the already cached prefix a second time.
+            self.evictable_size_ += len(aligned) if self.faults.on("radix_counter_double_add") else len(leaf.key)
         return prefix_len
 
     def inc_lock_ref(self, node: TreeNode) -> None:
         """Lock `node` and its ancestors (root excluded); a node's tokens turn protected at its first lock."""
-        for n in self._path_to_root(node):
+        path = self._path_to_root(node)
+        if self.faults.on("lock_walk_off_by_one"):
+            path = path[1:]  # mini-sglang #52: the walk started at node.parent
+        for n in path:
             if n.lock_ref == 0:
                 self.evictable_size_ -= len(n.key)
                 self.protected_size_ += len(n.key)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
-from impl.req_pool import ContractViolation
+from impl.req_pool import ContractViolation, ReqToTokenPool
 
 
 def _require(condition: bool, message: str) -> None:
@@ -30,21 +30,49 @@ def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, specu
     # Upstream asserts this after the cache's finished path has freed; checked first so a refusal frees nothing.
     _require(speculative or committed_len == kv.kv_allocated_len,
              f"request {req.rid}: unexpected over-allocated KV [{committed_len}, {kv.kv_allocated_len})")
+    if cache.faults.on("release_len_from_token_counts"):
+        committed_len = _len_from_token_counts(req, cache, committed_len)
     cache.cache_finished_req(req, is_insert=is_insert, kv_len_to_handle=committed_len)
     _require((not kv.holds_kv) == kv.is_kv_released, f"request {req.rid}: the cache detached the row unreleased")
-    _release_overallocated_kv(req, committed_len, kv.kv_allocated_len, cache)
     pool = cache.req_to_token_pool
+    row_first = cache.faults.on("release_order_row_first")
+    if row_first:
+        # xllm #828's analogue: the row goes back first, and the over-allocation free reads kv.req_pool_idx.
+        _return_row(req, pool, is_insert)
+    if not (cache.faults.on("skip_overalloc_free_on_finish") and is_insert):
+        _release_overallocated_kv(req, committed_len, kv.kv_allocated_len, cache)
+    if not row_first:
+        _return_row(req, pool, is_insert)
+    kv.mark_kv_released()
+
+
+def _len_from_token_counts(req: Req, cache: PrefixCache, committed_len: int) -> int:
+    """Before PR #12224: `len(origin_input_ids) + max(len(output_ids) - 1, 0)` from the token lists, and the decode
+    slot past it freed ad hoc (a request with nothing decoded keeps `committed_len`)."""
+    outputs = len(req.fill_ids) - (req.prompt_len or 0)
+    if req.prompt_len is None or outputs < 1:
+        return committed_len
+    length = req.prompt_len + outputs - 1
+    cache.free_kv_row(req, [(length, length + 1)])
+    return length
+
+
+def _return_row(req: Req, pool: ReqToTokenPool, is_insert: bool) -> None:
+    """`ReqToTokenPool.free`: the row back to the free list and `req_pool_idx` cleared."""
+    kv = req.kv
     if pool.faults.on("raw_row_free"):
         assert kv.req_pool_idx is not None
         pool.free_rows([kv.req_pool_idx])
-    else:
-        pool.free(req)
-    kv.mark_kv_released()
+        return
+    if pool.faults.on("finish_skips_row_free") and is_insert and kv.kv_committed_len == req.prompt_len:
+        return  # #10871: a request that finished in its prefill result had its slots freed, never its row
+    pool.free(req)
 
 
 def _release_overallocated_kv(req: Req, start: int, end: int, cache: PrefixCache) -> None:
     # Aligned up, the range never shares a page with the tail the cache's finished path just freed.
-    start = ceil_align(start, cache.allocator.page_size)
+    if not cache.faults.on("overalloc_free_unaligned_start"):
+        start = ceil_align(start, cache.allocator.page_size)
     if start < end:
         cache.free_kv_row(req, [(start, end)])
 
@@ -60,7 +88,8 @@ def pp_release_manual(req: Req, cache: PrefixCache, seq_len: int) -> None:
     _require(kv.holds_kv, f"request {req.rid} must have req_pool_idx")
     cache.free_kv_row(req, [(0, seq_len)])
     cache.req_to_token_pool.free(req)
-    kv.mark_kv_released()
+    if not cache.faults.on("manual_release_skips_mark"):
+        kv.mark_kv_released()
 
 
 def reset_for_retract(req: Req) -> None:

@@ -8,7 +8,7 @@ and the rows and owners they name), never with `ForAll`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
@@ -173,12 +173,18 @@ def bmc(
     max_depth: int,
     timeout_ms: int = SOLVER_TIMEOUT_MS,
     final_step: Callable[[z3.ModelRef, str], Step] | None = None,
+    lemmas: Sequence[Any] = (),
 ) -> Result:
-    """Search the unrolling of the transition relation from the initial state, depth 0 to `max_depth`, for `bad`."""
+    """Search the unrolling of the transition relation from the initial state, depth 0 to `max_depth`, for `bad`.
+
+    `lemmas` are invariants already proved inductive for these actions: every reachable state satisfies them,
+    so asserting them at each unrolled state is sound, and it spares the solver rediscovering them.
+    """
     start = time.perf_counter()
     solver = _solver(timeout_ms)
     cells = max_depth + 1  # request ids stay below the depth (see `_readable`)
     states = [initial_cells(Z3, sizes, cells)]
+    solver.add(*_lemma_instances(lemmas, sizes, states[0], cells, []))
     selectors: list[Any] = []
     arg_vars: list[dict[str, Any]] = []
     for depth in range(max_depth + 1):
@@ -195,11 +201,21 @@ def bmc(
             return Result(name, "unknown", depth, time.perf_counter() - start, solver.reason_unknown())
         if depth < max_depth:
             sel, args, nxt = _unroll(solver, actions, sizes, states[-1], depth, cells)
+            solver.add(*_lemma_instances(lemmas, sizes, nxt, cells, [args[n] for n in args if n == "row"]))
             states.append(nxt)
             selectors.append(sel)
             arg_vars.append(args)
     detail = f"no counterexample up to depth {max_depth}"
     return Result(name, "bounded", max_depth, time.perf_counter() - start, detail)
+
+
+def _lemma_instances(lemmas: Sequence[Any], sizes: Sizes, s: State, cells: int, rows: list[Any]) -> list[Any]:
+    """The lemmas over `s` at every request cell, and at the rows those records and this step name."""
+    if not lemmas:
+        return []
+    reqs = [z3.IntVal(k) for k in range(cells)]
+    named = [Z3.select(s.rec_row, k) for k in reqs]
+    return _instances(lemmas, sizes, s, {"req": reqs, "row": named + rows})
 
 
 def _unroll(

@@ -1,0 +1,85 @@
+"""`make bench`: every number kvlife promises, in one run. Run from the repository root: `python -m bench`.
+
+1. prover: seconds per theorem, and bounded model checking at depth 10 and 20 for a pool of 4 rows and one of
+   1,000,000 rows (the array encoding should make the two cost the same);
+2. lockstep: the same Hypothesis rules run (a) in lockstep against the reference pool on CPU and (b) on the
+   model alone; steps per second for each and their ratio;
+3. the whole-pool page check (oracle loop, vectorized torch, Triton on CUDA) on a production-size pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+
+from hypothesis.stateful import get_state_machine_test
+
+from bench import page_check_bench
+from fuzz.machine import Recorder, build_machine
+from fuzz.model_only import ModelOnly
+from fuzz.profiles import POOLS, Profile
+from model.prove import bmc
+from model.state import Sizes
+from model.theorems import SYMBOLIC, THEOREMS, steps_of, two_live_on_one_row
+
+BMC_TIMEOUT_MS = 300_000
+LOCKSTEP = Profile("bench", max_examples=300, steps_per_case=30, derandomize=True, keep_database=False)
+
+
+def prover() -> None:
+    print("prover: seconds per theorem")
+    total = 0.0
+    for theorem in THEOREMS:
+        result = theorem.run(theorem.name, BMC_TIMEOUT_MS)
+        total += result.seconds
+        print(f"  {theorem.name:<42} {result.outcome:<9} {result.seconds:8.3f} s")
+    print(f"  all {len(THEOREMS)} theorems: {total:.1f} s")
+
+
+def bmc_by_pool_size(depths: list[int]) -> None:
+    print("bmc: no two live records on one row, whole contract, proved invariants as lemmas")
+    for depth in depths:
+        for rows in (4, 1_000_000):
+            start = time.perf_counter()
+            result = bmc("bench", steps_of(frozenset()), Sizes(rows, 64, 32), two_live_on_one_row, depth,
+                         BMC_TIMEOUT_MS, lemmas=SYMBOLIC)
+            print(f"  depth {depth:>2}, {rows:>9,} rows: {result.outcome} (depth {result.depth}) "
+                  f"in {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def lockstep() -> None:
+    print(f"lockstep: {LOCKSTEP.max_examples} test cases of up to {LOCKSTEP.steps_per_case} steps, same rules")
+    for pool in sorted(POOLS):
+        rates = {}
+        for label, driver in (("lockstep vs reference pool", None), ("model alone", ModelOnly)):
+            rates[label] = _rate(pool, driver)
+            print(f"  {pool} {label:<27} {rates[label]:8.0f} steps/s", flush=True)
+        ratio = rates["model alone"] / rates["lockstep vs reference pool"]
+        print(f"  {pool} lockstep costs {ratio:.2f}x the model alone")
+
+
+def _rate(pool: str, driver: type | None) -> float:
+    recorder = Recorder({**POOLS[pool], "faults": []})
+    if driver is not None:
+        recorder.driver = driver
+    with TemporaryDirectory() as db:
+        test = get_state_machine_test(build_machine(recorder), settings=LOCKSTEP.hypothesis_settings(Path(db)))
+        start = time.perf_counter()
+        test()
+        return recorder.total_steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="BMC at depth 10 only, a small page-check pool")
+    args = parser.parse_args()
+    prover()
+    bmc_by_pool_size([10] if args.quick else [10, 20])
+    lockstep()
+    page_check_bench.run(quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()
