@@ -13,6 +13,7 @@ Exit status: 0 every in-scope fault was found and nothing was found without one;
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +47,9 @@ UNSHRUNK = "found, not shrunk within budget"
 CRASH = "crashed, no counterexample"
 MISSED = "missed"
 TIMEOUT = "nothing within budget"
+CLEAN = {MISSED: "clean (profile ran out)", TIMEOUT: "clean (budget ran out)"}
+# The last line of a Python traceback: the exception's type and message.
+_EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
 
 
 @dataclass
@@ -104,7 +108,7 @@ def score_all(faults: Sequence[str], budget_s: float, out: Path, say: Callable[[
     for pool in sorted({p for name in faults for p in pools_for(name)}):
         attempt = run_attempt(None, pool, budget_s, out)
         baselines.append(attempt)
-        say(f"[baseline] {_progress('(no fault)', attempt, attempt.first_failure_s)}")
+        say(f"[  -  ] {_progress('no fault', attempt, attempt.first_failure_s)}")
     return _report(scores, baselines, budget_s)
 
 
@@ -158,8 +162,8 @@ def _judge(attempt: Attempt, ce_dir: Path, code: int | None, stderr: str) -> Non
     elif code == 0:
         attempt.result = MISSED
     else:
-        lines = stderr.strip().splitlines()
-        attempt.result, attempt.detail = CRASH, lines[-1] if lines else f"exit status {code}"
+        raised = [line for line in stderr.splitlines() if _EXCEPTION_LINE.match(line)]
+        attempt.result, attempt.detail = CRASH, raised[-1] if raised else f"exit status {code}"
 
 
 def _text(output: str | bytes | None) -> str:
@@ -176,10 +180,11 @@ def _first_failure(stdout: str) -> float | None:
 
 
 def _progress(label: str, attempt: Attempt, seconds: float | None) -> str:
-    found = "" if seconds is None else f" first failure {seconds:.1f} s"
+    result = CLEAN.get(attempt.result, attempt.result) if attempt.fault is None else attempt.result
+    found = "" if seconds is None else f", first failure {seconds:.1f} s"
     shape = "" if attempt.steps is None else f", {attempt.steps} steps, {attempt.failure_kind} {attempt.failure_id}"
     detail = f" ({attempt.detail})" if attempt.detail else ""
-    return f"{label:<32} {attempt.pool:<9} {attempt.result}{found}{shape}{detail} [{attempt.wall_s:.0f} s]"
+    return f"{label:<31} {attempt.pool:<9} {result}{found}{shape}{detail} [{attempt.wall_s:.0f} s]"
 
 
 def _report(scores: list[Score], baselines: list[Attempt], budget_s: float) -> dict[str, Any]:
@@ -194,6 +199,7 @@ def _report(scores: list[Score], baselines: list[Attempt], budget_s: float) -> d
         "false_alarms": len(alarms), "passed": len(found) == len(scores) and not alarms,
     }
     faults = [{"name": s.name, "site": s.site, "origin": s.origin, "detected": s.detected, "seconds": s.seconds,
+               "pools_tried": [a.pool for a in s.attempts],
                **{k: v for k, v in asdict(s.final).items() if k != "fault"},
                "attempts": [asdict(a) for a in s.attempts]} for s in scores]
     out_of_scope = [{"name": f.name, "origin": f.origin, "reason": f.out_of_scope}
@@ -223,15 +229,15 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for f in report["faults"]:
         failure = f"{f['failure_kind']} `{f['failure_id']}`" if f["failure_kind"] else f["detail"]
-        lines.append(f"| `{f['name']}` | {f['pool']} | {f['result']} | {_num(f['seconds'])} | {_num(f['steps'])} "
-                     f"| {failure} | {f['counterexample'] or ''} |")
+        lines.append(f"| `{f['name']}` | {', '.join(f['pools_tried'])} | {f['result']} | {_num(f['seconds'])} "
+                     f"| {_num(f['steps'])} | {failure} | {f['counterexample'] or ''} |")
     lines += ["", f"Detected {s['detected']} of {s['in_scope']} in-scope faults; median first failure "
               f"{_num(s['median_first_failure_s'])} s, slowest {_num(s['max_first_failure_s'])} s; largest "
               f"counterexample {_num(s['max_steps'])} steps; false alarms {s['false_alarms']}.", "",
               "## No-fault baselines", "", "| pool | result | seconds | failure |", "|---|---|---:|---|"]
     for b in report["baselines"]:
         failure = f"{b['failure_kind']} `{b['failure_id']}` ({b['counterexample']})" if b["failure_kind"] else ""
-        verdict = b["result"] if b["result"] in (MISSED, TIMEOUT) else f"FALSE ALARM: {b['result']}"
+        verdict = CLEAN.get(b["result"], f"FALSE ALARM: {b['result']}")
         lines.append(f"| {b['pool']} | {verdict} | {b['wall_s']:.0f} | {failure or b['detail']} |")
     lines += ["", "## Out of scope", "", "| pattern | origin | why there is no switch |", "|---|---|---|"]
     lines += [f"| `{p['name']}` | {p['origin']} | {p['reason']} |" for p in report["out_of_scope"]]

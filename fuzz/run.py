@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import json
 import subprocess
 import time
@@ -61,7 +62,8 @@ def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile,
     trace = Trace(recorder.config, seed, steps, exc.failure, meta)
     digest = hashlib.sha256(json.dumps(trace.to_json()["steps"]).encode()).hexdigest()[:10]
     faults = "+".join(sorted(recorder.config.get("faults", []))) or "nofault"
-    path = out_dir / f"{faults}-{exc.failure.id}-{digest}.json"
+    name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"{faults}-{exc.failure.id}-{digest}")  # safe to paste into a shell
+    path = out_dir / f"{name}.json"
     dump(trace, path)
     return path
 
