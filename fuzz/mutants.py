@@ -48,6 +48,8 @@ CRASH = "crashed, no counterexample"
 MISSED = "missed"
 TIMEOUT = "nothing within budget"
 CLEAN = {MISSED: "clean (profile ran out)", TIMEOUT: "clean (budget ran out)"}
+# What a good harness does on the found faults: the median and the slowest first failure, the largest trace.
+TARGET_MEDIAN_S, TARGET_MAX_S, TARGET_STEPS = 5.0, 60.0, 12
 # The last line of a Python traceback: the exception's type and message.
 _EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt)\b")
 
@@ -109,7 +111,7 @@ def score_all(faults: Sequence[str], budget_s: float, out: Path, say: Callable[[
         attempt = run_attempt(None, pool, budget_s, out)
         baselines.append(attempt)
         say(f"[  -  ] {_progress('no fault', attempt, attempt.first_failure_s)}")
-    return _report(scores, baselines, budget_s)
+    return report_of(scores, baselines, budget_s)
 
 
 def score_fault(name: str, budget_s: float, out: Path) -> Score:
@@ -187,7 +189,8 @@ def _progress(label: str, attempt: Attempt, seconds: float | None) -> str:
     return f"{label:<31} {attempt.pool:<9} {result}{found}{shape}{detail} [{attempt.wall_s:.0f} s]"
 
 
-def _report(scores: list[Score], baselines: list[Attempt], budget_s: float) -> dict[str, Any]:
+def report_of(scores: list[Score], baselines: list[Attempt], budget_s: float) -> dict[str, Any]:
+    """The report as JSON data: a summary, one entry per fault, the no-fault runs and the out-of-scope patterns."""
     found = [s for s in scores if s.detected]
     seconds = [s.seconds for s in found if s.seconds is not None]
     steps = [s.final.steps for s in found if s.final.steps is not None]
@@ -198,6 +201,8 @@ def _report(scores: list[Score], baselines: list[Attempt], budget_s: float) -> d
         "max_first_failure_s": max(seconds, default=None), "max_steps": max(steps, default=None),
         "false_alarms": len(alarms), "passed": len(found) == len(scores) and not alarms,
     }
+    summary["targets_met"] = bool(seconds) and (
+        statistics.median(seconds) <= TARGET_MEDIAN_S and max(seconds) <= TARGET_MAX_S and max(steps) <= TARGET_STEPS)
     faults = [{"name": s.name, "site": s.site, "origin": s.origin, "detected": s.detected, "seconds": s.seconds,
                "pools_tried": [a.pool for a in s.attempts],
                **{k: v for k, v in asdict(s.final).items() if k != "fault"},
@@ -233,7 +238,9 @@ def markdown(report: dict[str, Any]) -> str:
                      f"| {_num(f['steps'])} | {failure} | {f['counterexample'] or ''} |")
     lines += ["", f"Detected {s['detected']} of {s['in_scope']} in-scope faults; median first failure "
               f"{_num(s['median_first_failure_s'])} s, slowest {_num(s['max_first_failure_s'])} s; largest "
-              f"counterexample {_num(s['max_steps'])} steps; false alarms {s['false_alarms']}.", "",
+              f"counterexample {_num(s['max_steps'])} steps; false alarms {s['false_alarms']}. Targets (median "
+              f"≤ {TARGET_MEDIAN_S:.0f} s, none above {TARGET_MAX_S:.0f} s, at most {TARGET_STEPS} steps) "
+              f"{'met' if s['targets_met'] else 'not met'}.", "",
               "## No-fault baselines", "", "| pool | result | seconds | failure |", "|---|---|---:|---|"]
     for b in report["baselines"]:
         failure = f"{b['failure_kind']} `{b['failure_id']}` ({b['counterexample']})" if b["failure_kind"] else ""
