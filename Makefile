@@ -34,6 +34,9 @@ lint: setup
 	@$(BIN)/ruff check .
 	@$(BIN)/mypy
 
+mutants: setup
+	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz mutants
+
 bench: setup
 	@$(BIN)/python -m bench
 
