@@ -49,6 +49,9 @@ _CALLS: dict[str, Call] = {
 # A step that changes nothing: every release path runs on clones of the pool and the results are compared.
 DIFFERENTIAL = "differential"
 OPS = frozenset(_CALLS) | {DIFFERENTIAL}
+# Calls the scheduler makes on whatever its batches still list, filtering by status before the pool sees them
+# (preemption skips requests that finished this round, #18694): the filter must refuse them, not a pool assert.
+SCHEDULER_FILTERED = frozenset({"retract"})
 
 
 class StepFailed(AssertionError):
@@ -112,6 +115,10 @@ class Lockstep:
             self.steps.append(Step(op, args))
             self.corners = refusal_corners(op, legal, str(exc))
             return self._refused(index, op, args, legal, str(exc), before)
+        except Exception as exc:  # neither done nor refused: the pool crashed, which is a finding, not an abort
+            self.steps.append(Step(op, args))
+            self.corners = [f"{op}: crashed"]
+            return Failure(index, "crash", op, f"{_call(op, args)} raised {type(exc).__name__}: {exc}")
         self.snap = self.target.snapshot()
         choice = self._choices(op, args, result, before, self.snap)
         self.steps.append(Step(op, args, choice))
@@ -195,6 +202,10 @@ class Lockstep:
         if changes:
             return Failure(index, "refusal-changed-state", op,
                            f"{_call(op, args)} was refused ({reason}) but changed " + "; ".join(changes))
+        if op in SCHEDULER_FILTERED and reason.startswith("contract assert"):
+            return Failure(index, "assert-tripped", op, f"{_call(op, args)} got past the scheduler's status filter "
+                           f"and was stopped only by the pool's own assert ({reason}); upstream that assert stops "
+                           "the scheduler")
         return None
 
     def _accepted_forbidden(self, index: int, op: str, args: dict[str, int]) -> Failure:
@@ -245,6 +256,8 @@ def _run_path(target: ReferencePool, path: str, rid: int) -> dict[str, Any] | st
         _CALLS[path](clone, {"req": rid})
     except Refused as exc:
         return f"refused: {exc}"
+    except Exception as exc:  # a crash on a clone is a divergence to report, not the end of the run
+        return f"crashed: {type(exc).__name__}: {exc}"
     return _pool_state(clone, rid)
 
 

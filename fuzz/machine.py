@@ -35,7 +35,8 @@ SWARMS: dict[str, frozenset[str] | None] = {
     "all": None,
     "chunked-heavy": frozenset({"admit", "extend", "readmit", "release", "differential", "reuse_released",
                                 "release_released", "flush"}),
-    "abort-heavy": frozenset({"admit", "extend", "decode", "release", "abort_waiting", "readmit", "differential"}),
+    "abort-heavy": frozenset({"admit", "extend", "decode", "release", "abort_waiting", "readmit", "differential",
+                              "preempt_finished"}),
     "exhaustion": frozenset({"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release"}),
     "speculative": frozenset({"admit", "pd_prealloc", "decode", "spec_prepare", "spec_commit", "release",
                               "pp_release_manual", "differential"}),
@@ -196,6 +197,12 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def reuse_released(self, i: int, n: int) -> None:
             rid = self._pick(i, RELEASED)
             self._do("reuse_released", {"req": rid, "row": self.lock.last_row[rid], "n": n})
+
+        @precondition(lambda self: allowed("preempt_finished") and self.has_released())
+        @rule(i=PICK)
+        def preempt_finished(self, i: int) -> None:
+            # Priority preemption walks the running batch, which still lists requests that finished this round.
+            self._do("retract", {"req": self._pick(i, RELEASED)})
 
         @precondition(lambda self: allowed("release_released") and self.has_released())
         @rule(i=PICK, op=st.sampled_from(["release_again", "free_row"]))

@@ -14,10 +14,10 @@ from typing import Any
 import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.lockstep import StepFailed
+from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import Profile
-from model.trace import Trace, dump
+from model.trace import Failure, Step, Trace, dump
 
 
 @dataclass
@@ -56,16 +56,38 @@ def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile,
                           out_dir: Path) -> Path:
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
-    steps = recorder.last.steps[: exc.failure.step + 1]
+    steps, failure = delete_steps(recorder.config, recorder.last.steps[: exc.failure.step + 1], exc.failure)
     meta = {"source": "hypothesis", "profile": profile.name, "swarm": recorder.swarm, "commit": git_commit(),
             "hypothesis": hypothesis.__version__}
-    trace = Trace(recorder.config, seed, steps, exc.failure, meta)
+    trace = Trace(recorder.config, seed, steps, failure, meta)
     digest = hashlib.sha256(json.dumps(trace.to_json()["steps"]).encode()).hexdigest()[:10]
     faults = "+".join(sorted(recorder.config.get("faults", []))) or "nofault"
     name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"{faults}-{exc.failure.id}-{digest}")  # safe to paste into a shell
     path = out_dir / f"{name}.json"
     dump(trace, path)
     return path
+
+
+def delete_steps(config: dict[str, Any], steps: list[Step], failure: Failure) -> tuple[list[Step], Failure]:
+    """After Hypothesis's shrink, drop each step whose removal still fails the same way (kind and id), replaying
+    without Hypothesis; the shrinker often keeps steps that change nothing (no-op observations, extra decodes)."""
+    index = len(steps) - 2  # the failing step stays
+    while index >= 0:
+        found = _replay(config, steps[:index] + steps[index + 1 :])
+        if found is not None and (found[1].kind, found[1].id) == (failure.kind, failure.id):
+            steps, failure = found
+        index = min(index, len(steps) - 1) - 1
+    return steps, failure
+
+
+def _replay(config: dict[str, Any], steps: list[Step]) -> tuple[list[Step], Failure] | None:
+    """The steps up to the first failure and that failure, or None when every step passes."""
+    lock = Lockstep(config)
+    for step in steps:
+        failure = lock.step(step.op, step.args)
+        if failure is not None:
+            return lock.steps, failure
+    return None
 
 
 def git_commit() -> str:

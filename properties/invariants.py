@@ -389,6 +389,17 @@ def _owner_name(owner: int | str) -> str:
     return f"row {owner}" if isinstance(owner, int) else owner
 
 
+def _lock_holders_check(snap: SnapshotLike) -> list[str]:
+    # Each holder locks the root path of its last node, whose tokens are its protected prefix P; the locked
+    # paths' union is at least the longest P and at most their sum (no holder, nothing protected).
+    held = [rec.protected_len for rec in snap.records.values() if rec.tree_locked]
+    low, high = max(held, default=0), sum(held)
+    if not low <= snap.protected_recount <= high:
+        return [f"{snap.protected_recount} tree tokens are locked, but the {len(held)} lock holders' prefixes "
+                f"cover between {low} and {high}"]
+    return []
+
+
 def _tree_counters_check(snap: SnapshotLike) -> list[str]:
     counted = (snap.evictable_size, snap.protected_size)
     recount = (snap.evictable_recount, snap.protected_recount)
@@ -438,6 +449,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               (), None, _page_ownership_check),
     Invariant("tree-counters", "the tree's evictable and protected counters equal a recount of its nodes",
               (), None, _tree_counters_check),
+    Invariant("tree-lock-holders", "locked tree tokens are the union of the lock holders' protected prefixes: "
+              "at least the longest, at most their sum", (), None, _lock_holders_check),
 )
 
 BY_ID = {inv.id: inv for inv in INVARIANTS}

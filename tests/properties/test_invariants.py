@@ -57,6 +57,7 @@ PLANTED: dict[str, tuple[str, Plant]] = {
     "page-ownership": ("chunk", lambda s: dataclasses.replace(
         s, free_slots=torch.cat((s.free_slots, torch.tensor([s.row_slots[0][0]]))))),
     "tree-counters": ("radix", lambda s: dataclasses.replace(s, evictable_size=s.evictable_size + 4)),
+    "tree-lock-holders": ("radix", lambda s: dataclasses.replace(s, protected_recount=s.protected_recount + 4)),
 }
 
 
