@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-
 from impl.allocator import BaseTokenToKVPoolAllocator
 from impl.faults import NO_FAULTS, FaultSet
+from impl.prefix_cache import RowRelease
 from impl.records import Req
 from impl.req_pool import ReqToTokenPool
 
 
-class ChunkCache:
+class ChunkCache(RowRelease):
     """No tree: prefix matches are empty, locks are no-ops, and nothing is evictable or protected."""
 
     def __init__(
@@ -32,15 +31,6 @@ class ChunkCache:
     def evict(self, num_tokens: int) -> int:
         """Nothing to evict: the allocation paths' eviction is a no-op without a tree."""
         return 0
-
-    def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor:
-        assert req.kv.req_pool_idx is not None
-        return self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, start:end].to(torch.int64)
-
-    def free_kv_row(self, req: Req, ranges: list[tuple[int, int]]) -> None:
-        for start, end in ranges:
-            if start < end:
-                self.allocator.free(self.row_slots(req, start, end))
 
     def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None:
         # is_insert has no meaning without a tree; the request's own range [P, n) goes back.

@@ -34,3 +34,19 @@ class PrefixCache(Protocol):
     def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None: ...
 
     def cache_unfinished_req(self, req: Req) -> None: ...
+
+
+class RowRelease:
+    """The row access both caches share (upstream's `BasePrefixCache.free_kv_row`): slots of the request's row."""
+
+    req_to_token_pool: ReqToTokenPool
+    allocator: BaseTokenToKVPoolAllocator
+
+    def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor:
+        assert req.kv.req_pool_idx is not None
+        return self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, start:end].to(torch.int64)
+
+    def free_kv_row(self, req: Req, ranges: list[tuple[int, int]]) -> None:
+        for start, end in ranges:
+            if start < end:
+                self.allocator.free(self.row_slots(req, start, end))

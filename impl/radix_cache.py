@@ -15,6 +15,7 @@ import torch
 
 from impl.allocator import BaseTokenToKVPoolAllocator
 from impl.faults import NO_FAULTS, FaultSet
+from impl.prefix_cache import RowRelease
 from impl.records import Req
 from impl.req_pool import ContractViolation, ReqToTokenPool
 
@@ -39,7 +40,7 @@ class TreeNode:
         self.last_access = 0
 
 
-class RadixCache:
+class RadixCache(RowRelease):
     """Prefix tree over page-aligned token keys, with the release interface of `ChunkCache`."""
 
     def __init__(
@@ -162,15 +163,6 @@ class RadixCache:
         return torch.cat(values) if values else self._empty()
 
     # -- the release interface ------------------------------------------------------------------------------
-
-    def row_slots(self, req: Req, start: int, end: int) -> torch.Tensor:
-        assert req.kv.req_pool_idx is not None
-        return self.req_to_token_pool.req_to_token[req.kv.req_pool_idx, start:end].to(torch.int64)
-
-    def free_kv_row(self, req: Req, ranges: list[tuple[int, int]]) -> None:
-        for start, end in ranges:
-            if start < end:
-                self.allocator.free(self.row_slots(req, start, end))
 
     def cache_finished_req(self, req: Req, is_insert: bool, kv_len_to_handle: int) -> None:
         """Hand `[P, n)` to the tree (duplicates freed) or, without insert, to the allocator; then unlock.
