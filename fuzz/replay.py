@@ -10,15 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fuzz.lockstep import Lockstep
-from model.trace import Failure, Trace, TraceError, load
+from model.trace import Failure, Step, Trace, TraceError, load
 from properties.abstraction import observe
 
 
 @dataclass
 class ReplayResult:
+    """The first failure (or None), the steps run as the pool took them (with its choices), and the log."""
+
     failure: Failure | None
     steps_run: int
     lines: list[str]
+    steps: list[Step]
 
 
 def load_trace(path: Path, faults: list[str] | None) -> Trace:
@@ -46,8 +49,8 @@ def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
         if verbose:
             lines += _states(lock)
         if failure is not None:
-            return ReplayResult(failure, index + 1, lines)
-    return ReplayResult(None, len(trace.steps), lines)
+            return ReplayResult(failure, index + 1, lines, lock.steps)
+    return ReplayResult(None, len(trace.steps), lines, lock.steps)
 
 
 def _states(lock: Lockstep) -> list[str]:

@@ -14,9 +14,10 @@ from typing import Any
 import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.lockstep import Lockstep, StepFailed
+from fuzz.lockstep import StepFailed
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import Profile
+from fuzz.replay import replay
 from model.trace import Failure, Step, Trace, dump
 
 
@@ -73,21 +74,11 @@ def delete_steps(config: dict[str, Any], steps: list[Step], failure: Failure) ->
     without Hypothesis; the shrinker often keeps steps that change nothing (no-op observations, extra decodes)."""
     index = len(steps) - 2  # the failing step stays
     while index >= 0:
-        found = _replay(config, steps[:index] + steps[index + 1 :])
-        if found is not None and (found[1].kind, found[1].id) == (failure.kind, failure.id):
-            steps, failure = found
+        found = replay(Trace(config, None, steps[:index] + steps[index + 1 :]))
+        if found.failure is not None and (found.failure.kind, found.failure.id) == (failure.kind, failure.id):
+            steps, failure = found.steps, found.failure
         index = min(index, len(steps) - 1) - 1
     return steps, failure
-
-
-def _replay(config: dict[str, Any], steps: list[Step]) -> tuple[list[Step], Failure] | None:
-    """The steps up to the first failure and that failure, or None when every step passes."""
-    lock = Lockstep(config)
-    for step in steps:
-        failure = lock.step(step.op, step.args)
-        if failure is not None:
-            return lock.steps, failure
-    return None
 
 
 def git_commit() -> str:
