@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from properties.page_check import PageSnapshot, check_pages
+from properties.page_check import AUTO_ORACLE_LIMIT, PageLists, PageSnapshot, check_page_lists, check_pages
 from properties.snapshot import (
     LIVE_STATUSES,
     STATUS_CODES,
@@ -373,9 +373,26 @@ def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
     )
 
 
+def page_lists(snap: SnapshotLike) -> PageLists | None:
+    """The page check's input as plain lists, where the oracle is the right backend (a small pool on the CPU:
+    see `AUTO_ORACLE_LIMIT`); None elsewhere."""
+    holding = [rec for rec in snap.records.values() if rec.row is not None and 1 <= rec.row <= snap.rows_total]
+    num_pages = snap.tokens_total // snap.page_size
+    if not snap.req_to_token.is_cpu or num_pages + sum(r.allocated_len for r in holding) > AUTO_ORACLE_LIMIT:
+        return None
+    table = snap.req_to_token.tolist()
+    rows = [(row, r.protected_len, r.allocated_len, table[row][: r.allocated_len]) for r in holding
+            if (row := r.row) is not None]
+    tree_pages = sorted({slot // snap.page_size for slot in snap.tree_slots.tolist()})
+    width = snap.req_to_token.shape[1]
+    return PageLists(rows, snap.free_slots.tolist(), snap.release_slots.tolist(), tree_pages, num_pages,
+                     snap.page_size, width)
+
+
 def _page_ownership_check(snap: SnapshotLike) -> list[str]:
     try:
-        result = check_pages(page_snapshot(snap), backend="auto")
+        lists = page_lists(snap)
+        result = check_pages(page_snapshot(snap), backend="auto") if lists is None else check_page_lists(lists)
     except ValueError as exc:
         return [f"the pool's tensors are malformed for the page check: {exc}"]
     out = [f"page {v.page} {v.kind.replace('-', ' ')}: held by {', '.join(map(_owner_name, v.owners))}"

@@ -126,7 +126,7 @@ def check_pages(snap: PageSnapshot, backend: str = "torch") -> PageCheckResult:
         small = snap.req_to_token.is_cpu and snap.num_pages + entries <= AUTO_ORACLE_LIMIT
         backend = "oracle" if small else "torch"
     if backend == "oracle":
-        return _check_oracle(snap)
+        return _check_oracle(PageLists.of(snap))
     if backend == "torch":
         refs = gather_refs(snap)
         return _check_from_stats(snap, torch_page_stats(snap, refs), lambda: refs)
@@ -167,11 +167,41 @@ def _require(condition: bool, message: str) -> None:
 # -- oracle: a plain loop, sets and dicts ------------------------------------------------------------------
 
 
-def _check_oracle(snap: PageSnapshot) -> PageCheckResult:
+@dataclass(frozen=True)
+class PageLists:
+    """A page snapshot as plain lists, for the oracle: `rows` holds (row, P, A, the row's first A slots) per
+    live request. Small CPU pools are checked from these directly, without building tensors."""
+
+    rows: list[tuple[int, int, int, list[int]]]
+    free_pages: list[int]
+    release_pages: list[int]
+    tree_pages: list[int]
+    num_pages: int
+    page_size: int
+    width: int
+
+    @classmethod
+    def of(cls, snap: PageSnapshot) -> PageLists:
+        records = zip(snap.live_rows.tolist(), snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
+        rows = [(row, p, a, snap.req_to_token[row, :a].tolist()) for row, p, a in records]
+        return cls(rows, snap.free_pages.tolist(), snap.release_pages.tolist(), snap.tree_pages.tolist(),
+                   snap.num_pages, snap.page_size, snap.req_to_token.shape[1])
+
+
+def check_page_lists(lists: PageLists) -> PageCheckResult:
+    """The oracle on plain lists (raises ValueError, as `validate`, for a length outside 0 <= P <= A <= width)."""
+    if lists.page_size < 1 or lists.num_pages < 0:
+        raise ValueError("page_size must be >= 1 and num_pages >= 0")
+    if not all(0 <= p <= a <= lists.width and len(slots) == a for _, p, a, slots in lists.rows):
+        raise ValueError("a live record breaks 0 <= P <= A <= width")
+    return _check_oracle(lists)
+
+
+def _check_oracle(snap: PageLists) -> PageCheckResult:
     """The readable reference, in the style of SGLang's own checker: Counters of list entries, sets per row."""
     n = snap.num_pages
-    free_count = Counter(snap.free_pages.tolist() + snap.release_pages.tolist())
-    tree_count = Counter(snap.tree_pages.tolist())
+    free_count = Counter(snap.free_pages + snap.release_pages)
+    tree_count = Counter(snap.tree_pages)
     rows = _OracleRows(snap)
     violations = [PageViolation(UNALIGNED_PROTECTED, page, _holders(who, 0, 0)) for page, who in rows.unaligned.items()]
     for page in range(1, n + 1):
@@ -185,23 +215,21 @@ def _check_oracle(snap: PageSnapshot) -> PageCheckResult:
         owners = _holders(rows.stray.get(page, []), tree_count[page], free_count[page])
         violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
     ps = snap.page_size
-    lens = zip(snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
-    owned = sum(-(-allocated // ps) - -(-protected // ps) for protected, allocated in lens)
-    return _result(snap, violations, owned)
+    owned = sum(-(-allocated // ps) - -(-protected // ps) for _, protected, allocated, _ in snap.rows)
+    violations.sort(key=lambda v: (v.page, v.kind))
+    return PageCheckResult(violations, n, len(snap.free_pages) + len(snap.release_pages), len(snap.tree_pages), owned)
 
 
 class _OracleRows:
     """Each live row read once into sets of pages: who owns, who uses as prefix, who names a stray page."""
 
-    def __init__(self, snap: PageSnapshot):
+    def __init__(self, snap: PageLists):
         ps, n = snap.page_size, snap.num_pages
         self.own: dict[int, list[int]] = defaultdict(list)
         self.prefix: dict[int, list[int]] = defaultdict(list)
         self.stray: dict[int, list[int]] = defaultdict(list)
         self.unaligned: dict[int, list[int]] = defaultdict(list)
-        records = zip(snap.live_rows.tolist(), snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
-        for row, protected, allocated in records:
-            slots = snap.req_to_token[row, :allocated].tolist()
+        for row, protected, _, slots in snap.rows:
             own = {slot // ps for slot in slots[protected:]}
             prefix = {slot // ps for slot in slots[:protected]}
             for page in own:

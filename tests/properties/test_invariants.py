@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from impl.engine import PoolConfig, PoolSnapshot, ReferencePool
-from properties.invariants import BY_ID, INVARIANTS, check_snapshot
+from properties.invariants import BY_ID, INVARIANTS, check_snapshot, page_lists, page_snapshot
+from properties.page_check import PageCheckResult, check_page_lists, check_pages
 
 
 def _busy(cache: str) -> PoolSnapshot:
@@ -113,3 +114,32 @@ def test_symbolic_forms_hold_on_reached_states(pool: str, steps: list[tuple[str,
     for op, req, a, b in steps:
         assert lock.step(op, _inputs(op, req, a, b)) is None
         assert lock.model.violated_invariants() == []
+
+
+PAGE_PLANTS: list[Plant] = [
+    lambda s: s,
+    PLANTED["page-ownership"][1],
+    lambda s: dataclasses.replace(s, free_slots=s.free_slots[1:]),  # a leak
+    lambda s: dataclasses.replace(s, free_slots=torch.cat((s.free_slots, s.free_slots[:1]))),  # a double free
+    lambda s: _rec(s, 1, row=s.records[0].row),  # two records on one row: owned twice
+    lambda s: _rec(s, 0, allocated_len=40),  # past the row width: malformed
+]
+
+
+@pytest.mark.parametrize("cache", ["chunk", "radix"])
+@pytest.mark.parametrize("plant", range(len(PAGE_PLANTS)))
+def test_the_list_path_of_the_page_check_finds_what_the_tensor_path_finds(cache: str, plant: int) -> None:
+    snap = PAGE_PLANTS[plant](_busy(cache))
+    lists = page_lists(snap)
+    assert lists is not None  # a small CPU pool takes the list path in check_snapshot
+
+    def findings(check: Callable[[], PageCheckResult]) -> object:
+        try:
+            result = check()
+        except ValueError as exc:
+            return f"malformed: {exc}"
+        return result.violations, result.conservation_gap_pages
+
+    expected = findings(lambda: check_pages(page_snapshot(snap), backend="torch"))
+    assert findings(lambda: check_page_lists(lists)) == expected
+    assert (plant == 0) == (expected == ([], 0))
