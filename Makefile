@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
-.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe
+.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
+	verify-sglang
 
 setup: $(STAMP)
 
@@ -37,6 +38,15 @@ lint: setup
 mutants: setup
 	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz mutants
 
+# A time-boxed campaign on every core (`python -m fuzz campaign`); SHARD=I/N runs one CI matrix shard.
+BUDGET ?= 10m
+OUT ?= reports/campaign
+DB ?= .hypothesis/campaign
+SHARD ?= 1/1
+
+fuzz-nightly: setup
+	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz campaign --budget $(BUDGET) --out $(OUT) --db $(DB) --shard $(SHARD)
+
 bench: setup
 	@$(BIN)/python -m bench
 
@@ -61,6 +71,18 @@ sglang-test: sglang-setup
 # A small lifecycle per version; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
 sglang-probe: sglang-setup
 	@for v in $(SGLANG_VERSIONS); do .venv-sglang-$$v/bin/python -m impl.upstream.probe; done
+
+# The harness against upstream SGLang, one version after the other (SGLANG=0.5.23 or 0.5.18 for one): the
+# prover's traces, the lockstep ci profile on every pool shape the upstream target supports, the findings of
+# upstream/findings.json, and the differential run (fuzz/upstream_verify.py). Fails if any version mismatches.
+# Bounded: VERIFY_ARGS="--cases 30 --random 20" (lockstep test cases per pool, random differential traces).
+SGLANG ?= $(SGLANG_VERSIONS)
+VERIFY_ARGS ?=
+
+verify-sglang:
+	@status=0; for v in $(SGLANG); do bash upstream/setup.sh $$v || exit $$?; echo "verify-sglang: sglang $$v"; \
+	  OMP_NUM_THREADS=1 .venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) || status=1; \
+	done; exit $$status
 
 clean:
 	rm -rf $(VENV) .venv-sglang-* .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports

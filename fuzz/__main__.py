@@ -4,6 +4,13 @@
   replay  exit 1: the trace fails on the pool; 0: it does not; 2: not a valid trace (reason on one line)
   emit    exit 0: the regression test was written; 2: not a valid trace
   mutants exit 0: every in-scope fault was found and nothing without one; 1: otherwise; 2: bad usage
+  campaign exit 0: nothing found; 1: counterexamples found (new, or earlier ones in --out that still fail);
+          2: bad usage, or the campaign itself failed (a worker crashed)
+  verify-upstream  exit 0: the upstream target meets every expectation of upstream/findings.json; 1: otherwise;
+          2: bad usage, no sglang here, or an unreadable findings file
+
+`--target sglang` (run, replay, mutants) runs upstream SGLang's pool (impl/upstream/target.py) in place of the
+reference; it needs a sglang venv (`make sglang-setup`).
 """
 
 from __future__ import annotations
@@ -12,11 +19,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from fuzz.campaign import add_parser as add_campaign_parser
+from fuzz.campaign import cli as campaign_cli
 from fuzz.emit import REGRESSIONS, emit
+from fuzz.lockstep import target_problem
 from fuzz.machine import SWARMS
 from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
 from fuzz.mutants import cli as mutants_cli
-from fuzz.profiles import POOLS, PROFILES
+from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
 from impl.faults import FAULTS
@@ -28,10 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "campaign":
+        return campaign_cli(args)
     if args.command == "emit":
         return _emit(args)
     if args.command == "mutants":
-        return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
+        return _mutants(args)
+    if args.command == "verify-upstream":
+        from fuzz.upstream_verify import cli as verify_upstream
+
+        return verify_upstream(args.findings, args.out, args.random, args.cases)
     return _replay(args)
 
 
@@ -48,10 +64,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
     r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
+    r.add_argument("--target", choices=TARGET_NAMES, help="the pool to fuzz, in place of the pool shape's (reference)")
     p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
     p.add_argument("file", type=Path)
     p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")
     p.add_argument("--verbose", action="store_true", help="print the model and pool state after each step")
+    p.add_argument("--target", choices=TARGET_NAMES, help="replay on this target, not the one the file recorded")
     e = sub.add_parser("emit", help="write a pytest regression test that replays a counterexample")
     e.add_argument("file", type=Path)
     e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
@@ -62,7 +80,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="score only this fault (repeatable)")
     m.add_argument("--out", type=Path, default=DEFAULT_OUT,
                    help="where mutants.json, mutants.md and the counterexamples go")
+    m.add_argument("--target", choices=TARGET_NAMES, default="reference",
+                   help="sglang: only the no-fault false-alarm runs (faults exist only in the reference pool)")
+    v = sub.add_parser("verify-upstream", help="the harness against the installed upstream SGLang (a sglang venv)")
+    v.add_argument("--findings", type=Path, default=Path("upstream/findings.json"), help="the known findings")
+    v.add_argument("--out", type=Path, default=Path("reports/upstream"), help="where traces and replays go")
+    v.add_argument("--random", type=_count, default=300, metavar="N", help="random traces in the differential run")
+    v.add_argument("--cases", type=_count, metavar="N", help="test cases per lockstep run (default: the ci profile's)")
+    add_campaign_parser(sub)
     return parser
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
+    return int(text)
 
 
 def _seconds(text: str) -> float:
@@ -78,8 +110,14 @@ def _run(args: argparse.Namespace) -> int:
     if seed is None and not profile.derandomize:
         seed = int.from_bytes(__import__("os").urandom(4), "little")
     config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
+    if args.target:
+        config["target"] = args.target
+    problem = target_problem(config)
+    if problem:
+        print(f"fuzz run: {problem}", file=sys.stderr)
+        return 2
     print(f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
-          f"faults {', '.join(args.fault) or 'none'}", flush=True)
+          f"faults {', '.join(args.fault) or 'none'}, target {config['target']}", flush=True)
     print(f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
           f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
           f"{config['device']}", flush=True)
@@ -108,7 +146,7 @@ def coverage_table(corners: dict[str, int]) -> str:
 def _replay(args: argparse.Namespace) -> int:
     try:
         faults = _parse_faults(args.faults)
-        trace = load_trace(args.file, faults)
+        trace = load_trace(args.file, faults, args.target)
         result = replay(trace, args.verbose)
     except TraceError as exc:
         print(f"replay: invalid trace {args.file}: {exc}", file=sys.stderr)
@@ -117,6 +155,18 @@ def _replay(args: argparse.Namespace) -> int:
     code, line = verdict(trace, result)
     print(line)
     return code
+
+
+def _mutants(args: argparse.Namespace) -> int:
+    if args.target == "reference":
+        return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
+    if args.only:
+        print("fuzz mutants: faults exist only in the reference pool; --target sglang runs only the no-fault "
+              "false-alarm runs (drop --only)", file=sys.stderr)
+        return 2
+    from fuzz.upstream_verify import false_alarm_cli
+
+    return false_alarm_cli(args.budget, args.out)
 
 
 def _emit(args: argparse.Namespace) -> int:

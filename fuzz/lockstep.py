@@ -8,7 +8,7 @@ tensors. The driver does not need Hypothesis: the fuzzer and replay share it.
 
 from __future__ import annotations
 
-import copy
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +42,7 @@ _CALLS: dict[str, Call] = {
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
     "pd_prealloc": lambda t, a: t.pd_prealloc(a["req"], a["fill"]),
+    "offload_release": lambda t, a: t.offload_release(a["req"], a["sentinel"]),
     "reuse_released": lambda t, a: t.reuse_released(a["req"], a["row"], a["n"]),
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
@@ -62,7 +63,7 @@ class StepFailed(AssertionError):
         self.failure = failure
 
 
-POOL_KEYS = ("rows", "tokens", "width", "page_size", "cache", "device", "speculative")
+POOL_KEYS = ("rows", "tokens", "width", "page_size", "cache", "device", "speculative", "kernel_backend")
 
 
 def pool_config(config: dict[str, Any]) -> PoolConfig:
@@ -75,10 +76,76 @@ def model_sizes(config: dict[str, Any]) -> Sizes:
                  config.get("cache") == "radix", bool(config.get("speculative", False)))
 
 
-def make_target(config: dict[str, Any]) -> ReferencePool:
-    if config.get("target", "reference") != "reference":
-        raise ValueError(f"target {config['target']!r} is not available in this build")
-    return ReferencePool(pool_config(config), FaultSet.of(config.get("faults", [])))
+# The ops `impl.upstream.target.SglangPool` implements until it lists them itself (`SglangPool.OPS`).
+SGLANG_OPS = frozenset({"admit", "extend", "decode", "finish", "pp_release", "pp_release_manual", "reuse_released",
+                        "release_again", "free_row"})
+SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
+
+
+def _sglang_class() -> type:
+    from impl.upstream.target import SglangPool  # imports torch only; sglang itself loads when a pool is built
+
+    return SglangPool
+
+
+# Each target's class, loaded on first use: the upstream one lives only in the sglang venvs.
+TARGETS: dict[str, Callable[[], type]] = {"reference": lambda: ReferencePool, "sglang": _sglang_class}
+
+
+def target_ops(config: dict[str, Any]) -> frozenset[str]:
+    """The lockstep ops the config's target implements (`differential` included: it runs only those)."""
+    name = config.get("target", "reference")
+    cls = TARGETS[name]()
+    return frozenset(getattr(cls, "OPS", OPS if name == "reference" else SGLANG_OPS)) | {DIFFERENTIAL}
+
+
+def target_problem(config: dict[str, Any]) -> str | None:
+    """Why the config's target cannot be built here (one line), or None; cheap: sglang is not imported."""
+    name = config.get("target", "reference")
+    if name not in TARGETS:
+        return f"target {name!r} is not one of {', '.join(sorted(TARGETS))}"
+    if name == "reference":
+        return None
+    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+    from impl.upstream.target import _unsupported
+
+    problem = _unsupported(pool_config(config), FaultSet.of(config.get("faults", [])))
+    if problem:
+        return problem
+    try:
+        installed_version()
+    except UnsupportedUpstream as exc:
+        return f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})"
+    return None
+
+
+def installed_sglang() -> str | None:
+    """The installed sglang version, or None where there is none (the main venv)."""
+    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+
+    try:
+        return installed_version()
+    except UnsupportedUpstream:
+        return None
+
+
+def make_target(config: dict[str, Any]) -> Any:
+    """The pool the config names: the reference pool, or upstream SGLang's (raises ValueError, one line, where
+    it cannot be built here)."""
+    name = config.get("target", "reference")
+    if name not in TARGETS:
+        raise ValueError(f"target {name!r} is not one of {', '.join(sorted(TARGETS))}")
+    cls = TARGETS[name]()
+    if name == "reference":
+        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
+    # The upstream constructor checks the config itself (`_unsupported`); each check reads package metadata,
+    # which costs more than building the pool, and a differential builds one per release path.
+    from impl.upstream.dialects import UnsupportedUpstream
+
+    try:
+        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
+    except UnsupportedUpstream as exc:
+        raise ValueError(f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})") from None
 
 
 def _tree_size(snap: PoolSnapshot) -> int:
@@ -90,7 +157,8 @@ class Lockstep:
     """A model and a target stepped together; `steps` is the trace so far."""
 
     config: dict[str, Any]
-    target: ReferencePool = field(init=False)
+    target: Any = field(init=False)  # ReferencePool, or SglangPool (impl/upstream/target.py)
+    ops: frozenset[str] = field(init=False)
     model: Model = field(init=False)
     snap: PoolSnapshot = field(init=False)
     steps: list[Step] = field(default_factory=list)
@@ -99,11 +167,14 @@ class Lockstep:
 
     def __post_init__(self) -> None:
         self.target = make_target(self.config)
+        self.ops = target_ops(self.config)
         self.model = Model(model_sizes(self.config))
         self.snap = self.target.snapshot()
 
     def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
         """Run one step on both sides; the failure it shows, if any. The step is recorded either way."""
+        if op not in self.ops:
+            raise ValueError(f"the {self.config.get('target', 'reference')} target does not implement {op!r}")
         if op == DIFFERENTIAL:
             return self.differential(inputs["req"])
         index, before = len(self.steps), self.snap
@@ -133,8 +204,15 @@ class Lockstep:
         index = len(self.steps)
         self.steps.append(Step(DIFFERENTIAL, {"req": rid}))
         self.corners = []
+        results: dict[str, dict[str, Any] | str] = {}  # each path runs once, on its own clone
+
+        def after(path: str) -> dict[str, Any] | str:
+            if path not in results:
+                results[path] = _run_path(self._clone(), path, rid)
+            return results[path]
+
         for first, second, equal_when in self._release_pairs(rid):
-            diffs = _differences(_run_path(self.target, first, rid), _run_path(self.target, second, rid))
+            diffs = _differences(after(first), after(second))
             if diffs and equal_when is None:
                 why = f"request {rid}: the model proves them equal here, the pool differs: " + "; ".join(diffs)
                 return Failure(index, "release-divergence", f"{first} vs {second}", why)
@@ -143,6 +221,18 @@ class Lockstep:
             else:
                 self.corners.append(f"differential: {first} == {second}")
         return None
+
+    def _clone(self) -> Any:
+        """A copy of the target to run one release path on. The upstream target holds sglang's modules and
+        cannot be deep-copied: a fresh one replays the steps so far (the pool is deterministic)."""
+        if isinstance(self.target, ReferencePool):
+            return self.target.clone()
+        clone = make_target(self.config)
+        for step in self.steps:
+            if step.op != DIFFERENTIAL:
+                with contextlib.suppress(Refused):  # refused again, as it was
+                    _CALLS[step.op](clone, step.args)
+        return clone
 
     def _release_pairs(self, rid: int) -> list[tuple[str, str, str | None]]:
         """Pairs of release paths, each with None where the model proves them equal, else the failed precondition."""
@@ -155,18 +245,31 @@ class Lockstep:
                                                       ("pp_release", "retract", None)]
         if status == STATUS_DECODE:
             pairs.append(("finish", "abort", None))
-        return pairs
+        return [pair for pair in pairs if pair[0] in self.ops and pair[1] in self.ops]  # the target's paths only
 
     def _prefix(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
         """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
         if op == "admit":
+            if not hasattr(self.target, "peek_prefix"):
+                return {"prefix": self._admission_prefix(inputs["req"], inputs["n"], prompt_len=inputs["prompt"],
+                                                         family=inputs["family"])}
             return {"prefix": self.target.peek_prefix(inputs["family"], inputs["prompt"])}
         if op == "extend":
             record = self.snap.records.get(inputs["req"])
             if record is not None and record.row is not None:
                 return {"prefix": record.protected_len}
+            if record is not None and not hasattr(self.target, "peek_prefix_of"):
+                return {"prefix": self._admission_prefix(inputs["req"], inputs["n"])}
             return {"prefix": self.target.peek_prefix_of(inputs["req"]) if record is not None else 0}
         return {}
+
+    def _admission_prefix(self, rid: int, extend_len: int, **kwargs: int) -> int:
+        """The upstream target's read-only prefix peek; a call it would refuse matches nothing."""
+        try:
+            prefix: int = self.target.admission_prefix(rid, extend_len, **kwargs)
+        except Refused:
+            return 0
+        return prefix
 
     def _choices(self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot,
                  after: PoolSnapshot) -> dict[str, int]:
@@ -236,7 +339,7 @@ class Lockstep:
         return None
 
 
-def _pool_state(target: ReferencePool, rid: int) -> dict[str, Any]:
+def _pool_state(target: Any, rid: int) -> dict[str, Any]:
     """What two release paths must agree on: free pages and rows as multisets, the tree, the request's record."""
     snap = target.snapshot()
     record = snap.records[rid]
@@ -249,9 +352,8 @@ def _pool_state(target: ReferencePool, rid: int) -> dict[str, Any]:
     }
 
 
-def _run_path(target: ReferencePool, path: str, rid: int) -> dict[str, Any] | str:
-    """The pool state after `path` on a clone of `target`, or why the clone refused it."""
-    clone = copy.deepcopy(target)
+def _run_path(clone: Any, path: str, rid: int) -> dict[str, Any] | str:
+    """The pool state after `path` on `clone` (a copy of the target), or why it refused it."""
     try:
         _CALLS[path](clone, {"req": rid})
     except Refused as exc:

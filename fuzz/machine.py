@@ -15,9 +15,10 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from fuzz.lockstep import Lockstep, StepFailed
+from fuzz.lockstep import Lockstep, StepFailed, target_ops
 from model.actions import manual_release_preconditions
 from model.interp import PY
+from model.trace import Failure
 from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
 
 PREFILL = frozenset({STATUS_PREFILL})
@@ -36,8 +37,9 @@ SWARMS: dict[str, frozenset[str] | None] = {
     "chunked-heavy": frozenset({"admit", "extend", "readmit", "release", "differential", "reuse_released",
                                 "release_released", "flush"}),
     "abort-heavy": frozenset({"admit", "extend", "decode", "release", "abort_waiting", "readmit", "differential",
-                              "preempt_finished"}),
-    "exhaustion": frozenset({"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release"}),
+                              "preempt_finished", "offload_release"}),
+    "exhaustion": frozenset({"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release",
+                             "offload_release"}),
     "speculative": frozenset({"admit", "pd_prealloc", "decode", "spec_prepare", "spec_commit", "release",
                               "pp_release_manual", "differential"}),
     "radix-sharing": frozenset({"admit", "extend", "readmit", "evict", "release", "flush", "differential",
@@ -52,6 +54,10 @@ class Recorder:
     config: dict[str, Any]
     swarm: str = "all"
     driver: Callable[[dict[str, Any]], Any] = Lockstep  # the model alone, for benchmarks
+    exclude: frozenset[str] = frozenset()  # ops never drawn (a known finding's, so that it cannot mask others)
+    # Called with the lockstep and the failure the moment a step fails, before Hypothesis shrinks (campaigns write
+    # the unshrunk trace there, so that a killed run keeps it).
+    on_failure: Callable[[Any, Failure], None] | None = None
     last: Lockstep | None = None
     total_steps: int = 0
     cases: int = 0
@@ -66,9 +72,17 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     radix = recorder.config.get("cache") == "radix"
     speculative = bool(recorder.config.get("speculative"))
     rules = SWARMS[recorder.swarm]
+    # Only ops the target implements are drawn: a rule whose op it lacks never runs, a release draws its paths.
+    ops = target_ops(recorder.config) - recorder.exclude
+    releases = [path for path in ("finish", "pp_release", "retract", "abort") if path in ops]
+    negatives = [op for op in ("release_again", "free_row") if op in ops]
 
-    def allowed(rule_name: str) -> bool:
+    def in_swarm(rule_name: str) -> bool:
         return rules is None or rule_name in rules
+
+    def allowed(rule_name: str, op: str | None = None) -> bool:
+        """The swarm keeps the rule and the target implements its op (the rule's own name unless given)."""
+        return in_swarm(rule_name) and (op or rule_name) in ops
 
     class LifecycleMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -76,6 +90,8 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self.lock = recorder.driver(recorder.config)
             self.next_rid = 0
             self.most_rows_held = 0
+            self._status_key = -1
+            self._status_of: dict[int, Any] = {}
             recorder.last = self.lock
             recorder.cases += 1
 
@@ -87,6 +103,8 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
                 recorder.corners[corner] = recorder.corners.get(corner, 0) + 1
                 event(corner)
             if failure is not None:
+                if recorder.on_failure is not None:
+                    recorder.on_failure(self.lock, failure)
                 raise StepFailed(failure)
             self.most_rows_held = max(self.most_rows_held, self.lock.config["rows"] - len(self.lock.snap.free_rows))
 
@@ -95,8 +113,14 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             target(float(self.most_rows_held), label="most rows held at once")
 
         def _ids(self, statuses: frozenset[int]) -> list[int]:
-            s = self.lock.model.state
-            return [r for r in self.lock.model.known_requests() if s.rec_status.get(r) in statuses]
+            # Hypothesis asks every rule's precondition before each step: the request ids by status are read
+            # from the model once per step (any step appends to the trace), not once per question.
+            key = len(self.lock.steps)
+            if self._status_key != key:
+                s = self.lock.model.state
+                self._status_of = {r: s.rec_status.get(r) for r in self.lock.model.known_requests()}
+                self._status_key = key
+            return [r for r, status in self._status_of.items() if status in statuses]
 
         def _pick(self, index: int, statuses: frozenset[int]) -> int:
             # An index into the matching ids (not a `data()` draw): cheaper, and it shrinks towards the oldest.
@@ -137,7 +161,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def extend(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, PREFILL), "n": n})
 
-        @precondition(lambda self: allowed("readmit") and self.has_readmittable())
+        @precondition(lambda self: allowed("readmit", "extend") and self.has_readmittable())
         @rule(i=PICK, n=lengths)
         def readmit(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, READMITTABLE), "n": n})
@@ -157,8 +181,8 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def spec_commit(self, i: int, accepted: int) -> None:
             self._do("spec_commit", {"req": self._pick(i, DECODING), "accepted": accepted})
 
-        @precondition(lambda self: allowed("release") and self.has_live())
-        @rule(i=PICK, path=st.sampled_from(["finish", "pp_release", "retract", "abort"]))
+        @precondition(lambda self: in_swarm("release") and bool(releases) and self.has_live())
+        @rule(i=PICK, path=st.sampled_from(releases or ["finish"]))
         def release(self, i: int, path: str) -> None:
             self._do(path, {"req": self._pick(i, LIVE)})
 
@@ -171,12 +195,23 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             if ok:
                 self._do("pp_release_manual", {"req": ok[i % len(ok)]})
 
+        @precondition(lambda self: allowed("offload_release") and (self.has_decoding() or self.has_released()))
+        @rule(i=PICK, sentinel=st.sampled_from([0, 1]))
+        def offload_release(self, i: int, sentinel: int) -> None:
+            # The offload manager releases PD-decode requests, which protect no prefix; a released record may
+            # carry the -1 sentinel in place of None, and the release must return early on it.
+            s = self.lock.model.state
+            ok = [r for r in self._ids(DECODING) if s.rec_P.get(r) == 0] if not sentinel else []
+            ok += self._ids(RELEASED)
+            if ok:
+                self._do("offload_release", {"req": ok[i % len(ok)], "sentinel": sentinel})
+
         @precondition(lambda self: allowed("differential") and self.has_live())
         @rule(i=PICK)
         def differential(self, i: int) -> None:
             self._do("differential", {"req": self._pick(i, LIVE)})
 
-        @precondition(lambda self: allowed("abort_waiting") and bool(self._ids(WAITING)))
+        @precondition(lambda self: allowed("abort_waiting", "abort") and bool(self._ids(WAITING)))
         @rule(i=PICK)
         def abort_waiting(self, i: int) -> None:
             self._do("abort", {"req": self._pick(i, WAITING)})
@@ -198,14 +233,14 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             rid = self._pick(i, RELEASED)
             self._do("reuse_released", {"req": rid, "row": self.lock.last_row[rid], "n": n})
 
-        @precondition(lambda self: allowed("preempt_finished") and self.has_released())
+        @precondition(lambda self: allowed("preempt_finished", "retract") and self.has_released())
         @rule(i=PICK)
         def preempt_finished(self, i: int) -> None:
             # Priority preemption walks the running batch, which still lists requests that finished this round.
             self._do("retract", {"req": self._pick(i, RELEASED)})
 
-        @precondition(lambda self: allowed("release_released") and self.has_released())
-        @rule(i=PICK, op=st.sampled_from(["release_again", "free_row"]))
+        @precondition(lambda self: in_swarm("release_released") and bool(negatives) and self.has_released())
+        @rule(i=PICK, op=st.sampled_from(negatives or ["release_again"]))
         def release_released(self, i: int, op: str) -> None:
             self._do(op, {"req": self._pick(i, RELEASED)})
 

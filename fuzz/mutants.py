@@ -128,13 +128,14 @@ def score_fault(name: str, budget_s: float, out: Path) -> Score:
     return score
 
 
-def run_attempt(fault: str | None, pool: str, budget_s: float, out: Path) -> Attempt:
-    """One fresh `fuzz run` subprocess with `fault` on, killed at `budget_s`; what it found."""
+def run_attempt(fault: str | None, pool: str, budget_s: float, out: Path, target: str = "reference") -> Attempt:
+    """One fresh `fuzz run` subprocess with `fault` on, on `target`, killed at `budget_s`; what it found."""
     ce_dir = out / "counterexamples" / (fault or "nofault") / pool
     ce_dir.mkdir(parents=True, exist_ok=True)
     for stale in ce_dir.glob("*.json"):
         stale.unlink()
-    argv = ["run", "--profile", PROFILE, "--pool", pool, "--out", str(ce_dir)] + (["--fault", fault] if fault else [])
+    argv = ["run", "--profile", PROFILE, "--pool", pool, "--out", str(ce_dir), "--target", target]
+    argv += ["--fault", fault] if fault else []
     start = time.perf_counter()
     try:
         done = subprocess.run([sys.executable, "-m", "fuzz.mutants", *argv], capture_output=True, text=True,

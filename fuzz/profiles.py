@@ -15,8 +15,14 @@ POOLS: dict[str, dict[str, Any]] = {
                  "cache": "chunk", "speculative": False},
     "radix-p4": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 4,
                  "cache": "radix", "speculative": True},
+    # The paged allocator under the chunk cache: the page-size-4 shape the upstream target drives.
+    "chunk-p4": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 4,
+                 "cache": "chunk", "speculative": False},
 }
+TARGET_NAMES = ("reference", "sglang")  # `--target` replaces a pool's target; the shapes are the same
 DEFAULT_POOL = POOLS["chunk-p1"]
+# The explain phase re-runs failing cases many times; counterexamples are shrunk traces instead. Shrink is last.
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink)
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class Profile:
     steps_per_case: int
     derandomize: bool
     keep_database: bool
+    shrink: bool = True  # without it a failure is reported as first found (a known finding needs no shrinking)
 
     def hypothesis_settings(self, database_dir: Path) -> settings:
         database: Any = DirectoryBasedExampleDatabase(str(database_dir)) if self.keep_database else None
@@ -37,8 +44,7 @@ class Profile:
             derandomize=self.derandomize,
             database=database,
             deadline=None,
-            # The explain phase re-runs failing cases many times; counterexamples are shrunk traces instead.
-            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+            phases=PHASES if self.shrink else PHASES[:-1],
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             print_blob=False,
             report_multiple_bugs=False,

@@ -1,7 +1,8 @@
 """`python -m fuzz replay`: run a counterexample file's steps on a fresh pool, in lockstep, without Hypothesis.
 
 Exit status: 1 the trace fails on the pool (the recorded failure or, printed as such, another one);
-0 every step passes; 2 the file is not a valid trace or names a pool this build cannot make.
+0 every step passes; 2 the file is not a valid trace, names a pool this build cannot make, or has a step the
+target does not implement. `--target` replays it on another target than the one it recorded.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ class ReplayResult:
     steps: list[Step]
 
 
-def load_trace(path: Path, faults: list[str] | None) -> Trace:
-    """Load and validate; `faults` (when given) replaces the faults recorded in the file."""
+def load_trace(path: Path, faults: list[str] | None, target: str | None = None) -> Trace:
+    """Load and validate; `faults` and `target` (when given) replace the ones recorded in the file."""
     trace = load(path)
-    if faults is None:
-        return trace
-    return Trace({**trace.config, "faults": faults}, trace.seed, trace.steps, trace.failure, trace.meta)
+    overrides: dict[str, object] = {}
+    if faults is not None:
+        overrides["faults"] = faults
+    if target is not None:
+        overrides["target"] = target
+    return Trace({**trace.config, **overrides}, trace.seed, trace.steps, trace.failure, trace.meta)
 
 
 def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
@@ -38,6 +42,9 @@ def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
         lock = Lockstep(trace.config)
     except ValueError as exc:
         raise TraceError(f"cannot build the pool the trace describes: {exc}") from None
+    missing = sorted({step.op for step in trace.steps} - lock.ops)
+    if missing:
+        raise TraceError(f"the {trace.config['target']} target does not implement {', '.join(missing)}")
     lines = [f"replaying {len(trace.steps)} steps on {_describe(trace.config)}"]
     for index, step in enumerate(trace.steps):
         failure = lock.step(step.op, step.args)

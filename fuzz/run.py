@@ -14,7 +14,7 @@ from typing import Any
 import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.lockstep import StepFailed
+from fuzz.lockstep import StepFailed, installed_sglang
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import Profile
 from fuzz.replay import replay
@@ -35,10 +35,10 @@ class RunResult:
 
 
 def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path,
-        swarm: str = "all") -> RunResult:
-    """Fuzz the target described by `config` under `profile` (with the rule group `swarm`); write the shrunk
-    counterexample if one is found."""
-    recorder = Recorder(config, swarm)
+        swarm: str = "all", exclude: frozenset[str] = frozenset()) -> RunResult:
+    """Fuzz the target described by `config` under `profile` (with the rule group `swarm`, never drawing the
+    ops in `exclude`); write the shrunk counterexample if one is found."""
+    recorder = Recorder(config, swarm, exclude=exclude)
     test = get_state_machine_test(build_machine(recorder), settings=profile.hypothesis_settings(db_dir))
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -58,8 +58,12 @@ def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile,
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
     steps, failure = delete_steps(recorder.config, recorder.last.steps[: exc.failure.step + 1], exc.failure)
-    meta = {"source": "hypothesis", "profile": profile.name, "swarm": recorder.swarm, "commit": git_commit(),
-            "hypothesis": hypothesis.__version__}
+    meta: dict[str, Any] = {"source": "hypothesis", "profile": profile.name, "swarm": recorder.swarm,
+                            "commit": git_commit(), "hypothesis": hypothesis.__version__}
+    if recorder.config.get("target") == "sglang":
+        meta["sglang"] = installed_sglang()
+    if recorder.exclude:
+        meta["excluded_ops"] = sorted(recorder.exclude)
     trace = Trace(recorder.config, seed, steps, failure, meta)
     digest = hashlib.sha256(json.dumps(trace.to_json()["steps"]).encode()).hexdigest()[:10]
     faults = "+".join(sorted(recorder.config.get("faults", []))) or "nofault"

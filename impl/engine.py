@@ -10,6 +10,7 @@ processed within the call, so `inflight_middle_chunks` is back to 0 when the cal
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -35,7 +36,14 @@ from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.radix_cache import RadixCache, TreeNode
 from impl.records import Req, ReqStatus, output_token
-from impl.release import ceil_align, pp_release_manual, release_kv_cache, reset_for_retract
+from impl.release import (
+    SENTINEL_ROW,
+    ceil_align,
+    pp_release_manual,
+    release_kv_cache,
+    release_offloaded,
+    reset_for_retract,
+)
 from impl.req_pool import ContractViolation, ReqToTokenPool
 
 T = TypeVar("T")
@@ -314,6 +322,34 @@ class ReferencePool:
         self._contract(lambda: pp_release_manual(req, self.cache, req.extend_range_end))
         req.status = ReqStatus.FINISHED
 
+    def offload_release(self, rid: int, sentinel: int = 0) -> None:
+        """PD-decode KV offloading's release once the request finished and its offload writes are acked
+        (`_release_finished_req`), beside `release_kv_cache`. With `sentinel` 1 a record that holds no row
+        carries `req_pool_idx == -1`, as older frees and pool fakes leave it; the guard must return early on it
+        as on None, and an early return is a refusal here."""
+        req = self._get(rid)
+        if req.status not in (ReqStatus.DECODING, ReqStatus.FINISHED):
+            raise Refused(f"request {rid} is {req.status.value}; the offload manager releases finished requests")
+        if sentinel not in (0, 1):
+            raise Refused(f"sentinel must be 0 or 1, got {sentinel}")
+        if sentinel and req.kv.holds_kv:
+            raise Refused(f"request {rid} holds a row; only a record without one carries the sentinel")
+        # Upstream subtracts len(prefix_indices), on the decode side the matched prefix its lock protects; here
+        # prefix_indices also carries a stashed unaligned tail, so the protected part is cache_protected_len.
+        before, protected_len = req.kv.req_pool_idx, req.kv.cache_protected_len
+        req.kv.req_pool_idx = SENTINEL_ROW if sentinel else before
+        try:
+            released = self._contract(lambda: release_offloaded(req, self.cache))
+        finally:
+            if req.kv.req_pool_idx == SENTINEL_ROW:
+                req.kv.req_pool_idx = before
+        if not released:
+            raise Refused(f"request {rid}: req_pool_idx is {SENTINEL_ROW if sentinel else before}; "
+                          "the offload release returns early")
+        if self.tree is not None:
+            self.tree.protected_size_ -= protected_len  # directly, without dec_lock_ref, as upstream
+        req.status = ReqStatus.FINISHED
+
     # -- tree and pool maintenance ---------------------------------------------------------------------------
 
     def evict(self, num_tokens: int) -> int:
@@ -402,6 +438,24 @@ class ReferencePool:
             return req.prefix_indices.numel()
         target = None if req.prompt_len is None else len(req.fill_ids)
         return self._peek_match(req.tokens(_match_limit(self.config.width, target, extend_len)))[0]
+
+    def clone(self) -> ReferencePool:
+        """An independent copy of the whole pool (the release-path differential runs each path on one).
+
+        `copy.deepcopy`, with the config and fault set shared (both immutable) and each tensor that owns its
+        storage copied by `Tensor.clone()`: torch's own `__deepcopy__` costs about ten times more, and a copy
+        of a small pool is mostly tensors. Views keep torch's deepcopy, which preserves their aliasing."""
+        memo: dict[int, object] = {id(self.config): self.config, id(self.faults): self.faults}
+        dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
+        saved = dispatch.get(torch.Tensor)
+        dispatch[torch.Tensor] = _clone_tensor
+        try:
+            return copy.deepcopy(self, memo)
+        finally:
+            if saved is None:
+                del dispatch[torch.Tensor]
+            else:
+                dispatch[torch.Tensor] = saved
 
     def snapshot(self) -> PoolSnapshot:
         """The pool's observable state now (copies: later steps do not change it)."""
@@ -623,3 +677,28 @@ def _allocator(config: PoolConfig) -> Allocator:
     backend = config.kernel_backend
     assert backend in BACKENDS
     return PagedTokenToKVPoolAllocator(config.tokens, config.page_size, config.device, config.need_sort, backend)
+
+
+def _clone_tensor(tensor: torch.Tensor, memo: dict[int, object]) -> torch.Tensor:
+    """deepcopy's copier for tensors while `ReferencePool.clone` runs: a view becomes the same view of its
+    base's copy, so tensors that shared storage still share it (as torch's deepcopy keeps them)."""
+    base = tensor._base
+    if tensor.requires_grad or not _plain(base if base is not None else tensor):
+        return tensor.__deepcopy__(memo)
+    if base is None:
+        copied = tensor.clone()
+    else:
+        base_copy = memo.get(id(base))
+        if base_copy is None:
+            base_copy = _clone_tensor(base, memo)
+        assert isinstance(base_copy, torch.Tensor)
+        copied = base_copy.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+    memo[id(tensor)] = copied
+    return copied
+
+
+def _plain(root: torch.Tensor) -> bool:
+    """A tensor whose storage is exactly its own contiguous elements, so `clone()` copies the storage."""
+    if root.is_sparse or not root.is_contiguous() or root.storage_offset() != 0:
+        return False
+    return root.untyped_storage().nbytes() == root.numel() * root.element_size()

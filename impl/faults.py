@@ -60,6 +60,14 @@ _IN_SCOPE = (
         origin="sglang PR #37167 (the hand-rolled release skipped the record mark)",
     ),
     Fault(
+        name="offload_presence_guard",
+        site="release_offloaded (early-return guard)",
+        mechanism="the decode-offload release guards with the presence check holds_kv (req_pool_idx is not None) "
+        "instead of the raw read req_pool_idx is None or == -1, so a released record carrying the -1 sentinel "
+        "is released again: its stale slots freed, row -1 put on the free list, protected_size_ decremented twice",
+        origin="sglang PR #37167 (the sentinel check in DecodeKVCacheOffloadManager kept as a raw read)",
+    ),
+    Fault(
         name="chunk_row_free_between_chunks",
         site="ReferencePool._run_extend (after the chunk stash)",
         mechanism="a chunked request gives its row back at the stash and takes a fresh one for its next "

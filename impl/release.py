@@ -1,5 +1,5 @@
-"""The release paths: `release_kv_cache` in the 0.5.19 order, the PP-profiling release before PR #37167, and
-the record reset of a retraction."""
+"""The release paths: `release_kv_cache` in the 0.5.19 order, the PP-profiling release before PR #37167, the
+decode-offload release beside them, and the record reset of a retraction."""
 
 from __future__ import annotations
 
@@ -90,6 +90,35 @@ def pp_release_manual(req: Req, cache: PrefixCache, seq_len: int) -> None:
     cache.req_to_token_pool.free(req)
     if not cache.faults.on("manual_release_skips_mark"):
         kv.mark_kv_released()
+
+
+# The value older frees and pool fakes leave in `req_pool_idx` in place of None.
+SENTINEL_ROW = -1
+
+
+def release_offloaded(req: Req, cache: PrefixCache) -> bool:
+    """`DecodeKVCacheOffloadManager._release_finished_req`: free `[0, prefill_len)`, `[prefill_len, n)` and
+    `[ceil_align(n), A)` of the row, free the row, mark the record released. False when it returns early.
+
+    Its guard is a raw field read, kept so by PR #37167: `req_pool_idx is None or == -1`, where the presence
+    check `holds_kv` would let the `-1` sentinel through. The caller adjusts the tree's protected size.
+    """
+    kv = req.kv
+    if cache.faults.on("offload_presence_guard"):
+        passes = kv.holds_kv  # the presence check that PR #37167 kept out of this path
+    else:
+        passes = kv.req_pool_idx is not None and kv.req_pool_idx != SENTINEL_ROW
+    if not passes:
+        return False
+    page_size, committed_len = cache.allocator.page_size, kv.kv_committed_len
+    prefill_len = min((req.prompt_len or 0) // page_size * page_size, committed_len)
+    ranges = [(0, prefill_len), (prefill_len, committed_len)]
+    if ceil_align(committed_len, page_size) < kv.kv_allocated_len:
+        ranges.append((ceil_align(committed_len, page_size), kv.kv_allocated_len))
+    cache.free_kv_row(req, ranges)
+    cache.req_to_token_pool.free(req)
+    kv.mark_kv_released()
+    return True
 
 
 def reset_for_retract(req: Req) -> None:

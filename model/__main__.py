@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"model prove: unknown theorem in --only; known: {', '.join(t.name for t in THEOREMS)}", file=sys.stderr)
         return 2
     timeout_ms = int(args.timeout * 1000)
-    print(f"{'theorem':<42} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
+    print(f"{'theorem':<46} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
     mismatches = []
     for theorem in chosen:
         result = theorem.run(theorem.name, timeout_ms)
@@ -96,7 +96,7 @@ def _row(result: Result, want: dict[str, Any] | None, ok: bool) -> str:
     expect = "(none in manifest)"
     if want is not None:
         expect = want["outcome"] + (f"@{want['depth']}" if "depth" in want else "")
-    line = f"{result.theorem:<42} {result.outcome:<9} {depth:>5} {result.seconds:>8.3f}  {expect}"
+    line = f"{result.theorem:<46} {result.outcome:<9} {depth:>5} {result.seconds:>8.3f}  {expect}"
     if not ok:
         line += "  MISMATCH"
     if result.detail and (not ok or result.outcome != "proved"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from model.interp import PyOps
-from model.state import NO_OWNER, Sizes, State
+from model.state import NO_OWNER, SENTINEL_ROW, Sizes, State
 from properties.invariants import ceil_align, holds, live_status, page_floor, row_free
 from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_NEW, STATUS_PREFILL, STATUS_WAITING
 
@@ -454,6 +454,59 @@ PD_PREALLOC = Action(
 )
 
 
+# -- the decode-offload release: a second release path beside release_kv_cache --------------------------------
+
+
+def offload_guard_raw(o: Any, row: Any) -> Any:
+    """`_release_finished_req` goes on unless `req_pool_idx is None or == -1`: a raw field read PR #37167 kept."""
+    return o.And(row != 0, row != SENTINEL_ROW)
+
+
+def offload_guard_presence(o: Any, row: Any) -> Any:
+    """The presence check `holds_kv` in its place (`req_pool_idx is not None`): the `-1` sentinel passes it."""
+    return row != 0
+
+
+def offload_row(o: Any, s: State, a: Args) -> Any:
+    """The `req_pool_idx` the offload release reads: the record's row, or with `sentinel` the `-1` a legacy
+    free left in place of None."""
+    return o.If(a["sentinel"] == 1, SENTINEL_ROW, _sel(o, s, "rec_row", a["req"]))
+
+
+def _offload_enabled(guard: Callable[[Any, Any], Any]) -> Fn:
+    def enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        req, sentinel, status = a["req"], a["sentinel"], _status(o, s, a["req"])
+        # It runs once the scheduler has finished the request, whether or not another path released it first.
+        finished = o.Or(status == STATUS_DECODE, status == STATUS_DONE)
+        # Only a record that holds no row can carry the sentinel in place of None.
+        carried = o.Or(sentinel == 0, o.And(sentinel == 1, o.Not(holds(o, s, req))))
+        # Its raw free of `[0, prefill_len)` is sound only for a request that protects no tree prefix (PD decode).
+        unprotected = _sel(o, s, "rec_P", req) == 0
+        return o.And(req >= 0, finished, carried, unprotected, guard(o, offload_row(o, s, a)))
+
+    return enabled
+
+
+def _offload_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """Frees `[0, prefill_len)`, `[prefill_len, n)` and `[ceil_align(n), A)` of the row it read, returns that row
+    and marks the record released; `protected_size_ -= len(prefix_indices)` unlocks nothing."""
+    req = a["req"]
+    C, A = _sel(o, s, "rec_C", req), _sel(o, s, "rec_A", req)
+    over = ceil_align(o, p, A) - ceil_align(o, p, C)
+    freed = ceil_align(o, p, C) + o.If(over > 0, over, 0)
+    owned = o.If(holds(o, s, req), own_slots(o, p, s, req), 0)
+    s = s.but(n_free_slots=s.n_free_slots + freed, owned_slots=s.owned_slots - owned)
+    s = _set(o, _return_row(o, s, offload_row(o, s, a)), req, rec_row=0, rec_A=0)
+    return _set_status(o, s, req, STATUS_DONE)
+
+
+OFFLOAD_PARAMS = (("req", "req"), ("sentinel", "len"))
+OFFLOAD_RELEASE = Action("offload_release", OFFLOAD_PARAMS, _offload_enabled(offload_guard_raw), _offload_update)
+OFFLOAD_RELEASE_PRESENCE = dataclasses.replace(
+    OFFLOAD_RELEASE, enabled=_offload_enabled(offload_guard_presence), fault="offload_presence_guard"
+)
+
+
 # -- negative steps: calls the contract forbids, made to check that the pool refuses them ----------------
 
 
@@ -486,9 +539,11 @@ FREE_ROW = Action(
 
 CONTRACT: tuple[Action, ...] = (
     ADMIT, EXTEND, DECODE, SPEC_PREPARE, SPEC_COMMIT, FINISH, PP_RELEASE, PP_RELEASE_MANUAL, RETRACT, ABORT,
-    EVICT, FLUSH, PD_PREALLOC, REUSE_RELEASED, RELEASE_AGAIN, FREE_ROW,
+    EVICT, FLUSH, PD_PREALLOC, OFFLOAD_RELEASE, REUSE_RELEASED, RELEASE_AGAIN, FREE_ROW,
 )
-VARIANTS: tuple[Action, ...] = (EXTEND_LEGACY, FINISH_RAW, PP_RELEASE_RAW, REUSE_RELEASED_LEGACY)
+VARIANTS: tuple[Action, ...] = (
+    EXTEND_LEGACY, FINISH_RAW, PP_RELEASE_RAW, REUSE_RELEASED_LEGACY, OFFLOAD_RELEASE_PRESENCE,
+)
 MODELED_FAULTS = frozenset(v.fault for v in VARIANTS if v.fault)
 
 

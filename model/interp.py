@@ -97,12 +97,18 @@ class Cells:
         self.default = default
 
     def select(self, i: Any) -> Any:
+        k = _concrete(i)
+        if k is not None:  # lemma instances index every cell by a constant: no ite chain to build
+            return self.items[k] if 0 <= k < len(self.items) else self.default
         out = self.default
         for k in reversed(range(len(self.items))):
             out = z3.If(i == k, self.items[k], out)
         return out
 
     def store(self, i: Any, v: Any) -> Cells:
+        k = _concrete(i)
+        if k is not None:
+            return Cells([v if n == k else old for n, old in enumerate(self.items)], self.default)
         return Cells([z3.If(i == k, v, old) for k, old in enumerate(self.items)], self.default)
 
     def __eq__(self, other: object) -> Any:
@@ -110,6 +116,13 @@ class Cells:
         return z3.And(*[a == b for a, b in zip(self.items, other.items, strict=True)])
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _concrete(i: Any) -> int | None:
+    """The value of an index that is a constant (a Python int or a Z3 numeral), else None."""
+    if isinstance(i, int):
+        return i
+    return i.as_long() if z3.is_int_value(i) else None
 
 
 class Z3Ops:

@@ -16,8 +16,8 @@ from typing import Any
 import z3
 
 from model.actions import Action
-from model.interp import Z3
-from model.state import Sizes, State, initial, initial_cells, symbolic
+from model.interp import Z3, Cells
+from model.state import ARRAY_FIELDS, Sizes, State, initial, initial_cells, symbolic
 from model.trace import Step
 
 SOLVER_TIMEOUT_MS = 30_000
@@ -46,6 +46,14 @@ def symbolic_sizes(shape: Sizes) -> tuple[Sizes, list[Any]]:
 
 def _solver(timeout_ms: int) -> z3.Solver:
     solver = z3.Solver()
+    solver.set("timeout", timeout_ms)
+    return solver
+
+
+def _bmc_solver(timeout_ms: int) -> z3.Solver:
+    """A solver that simplifies and eliminates the unrolling's equalities before each query: incremental Z3 skips
+    that preprocessing, and at depth 20 it is the difference between seconds and many minutes per query."""
+    solver = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
     solver.set("timeout", timeout_ms)
     return solver
 
@@ -174,20 +182,27 @@ def bmc(
     timeout_ms: int = SOLVER_TIMEOUT_MS,
     final_step: Callable[[z3.ModelRef, str], Step] | None = None,
     lemmas: Sequence[Any] = (),
+    budget_s: float | None = None,
 ) -> Result:
     """Search the unrolling of the transition relation from the initial state, depth 0 to `max_depth`, for `bad`.
 
     `lemmas` are invariants already proved inductive for these actions: every reachable state satisfies them,
-    so asserting them at each unrolled state is sound, and it spares the solver rediscovering them.
+    so asserting them at each unrolled state is sound, and it spares the solver rediscovering them. One solver
+    holds the unrolling; `bad` is pushed and popped at each depth. `budget_s` bounds the whole search: one that
+    runs out of it is unknown, with the depth it had settled.
     """
     start = time.perf_counter()
-    solver = _solver(timeout_ms)
-    cells = max_depth + 1  # request ids stay below the depth (see `_readable`)
-    states = [initial_cells(Z3, sizes, cells)]
-    solver.add(*_lemma_instances(lemmas, sizes, states[0], cells, []))
+    solver = _bmc_solver(timeout_ms)
+    states = [initial_cells(Z3, sizes, 1)]
+    solver.add(*_lemma_instances(lemmas, sizes, states[0], []))
     selectors: list[Any] = []
     arg_vars: list[dict[str, Any]] = []
+    newest: Any = z3.IntVal(-1)  # the largest request id named so far
     for depth in range(max_depth + 1):
+        left_ms = _left_ms(start, budget_s, timeout_ms)
+        if left_ms <= 0:
+            return _out_of_budget(name, depth, start)
+        solver.set("timeout", left_ms)
         solver.push()
         solver.add(bad(states[-1], str(depth)))
         verdict = solver.check()
@@ -196,12 +211,19 @@ def bmc(
             if final_step is not None:
                 steps.append(final_step(solver.model(), str(depth)))
             return Result(name, "refuted", depth, time.perf_counter() - start, steps=steps)
+        reason = solver.reason_unknown() if verdict == z3.unknown else ""
         solver.pop()
         if verdict == z3.unknown:
-            return Result(name, "unknown", depth, time.perf_counter() - start, solver.reason_unknown())
+            if budget_s is not None and time.perf_counter() - start >= budget_s:
+                return _out_of_budget(name, depth, start)
+            return Result(name, "unknown", depth, time.perf_counter() - start, reason)
         if depth < max_depth:
-            sel, args, nxt = _unroll(solver, actions, sizes, states[-1], depth, cells)
-            solver.add(*_lemma_instances(lemmas, sizes, nxt, cells, [args[n] for n in args if n == "row"]))
+            sel, args, nxt = _unroll(solver, actions, sizes, _grown(states[-1], depth + 1), depth)
+            if "req" in args:
+                # Request ids are interchangeable: a trace can always name them in order of first use.
+                solver.add(args["req"] <= newest + 1)
+                newest = z3.If(args["req"] > newest, args["req"], newest)
+            solver.add(*_lemma_instances(lemmas, sizes, nxt, [args[n] for n in args if n == "row"]))
             states.append(nxt)
             selectors.append(sel)
             arg_vars.append(args)
@@ -209,22 +231,40 @@ def bmc(
     return Result(name, "bounded", max_depth, time.perf_counter() - start, detail)
 
 
-def _lemma_instances(lemmas: Sequence[Any], sizes: Sizes, s: State, cells: int, rows: list[Any]) -> list[Any]:
+def _left_ms(start: float, budget_s: float | None, timeout_ms: int) -> int:
+    """The solver timeout for the next query: `timeout_ms`, cut to what is left of the whole budget."""
+    if budget_s is None:
+        return timeout_ms
+    return min(timeout_ms, int((budget_s - (time.perf_counter() - start)) * 1000))
+
+
+def _out_of_budget(name: str, depth: int, start: float) -> Result:
+    seconds = time.perf_counter() - start
+    return Result(name, "unknown", depth, seconds, f"timeout after {seconds:.0f} s, depths below {depth} settled")
+
+
+def _grown(s: State, cells: int) -> State:
+    """`s` with its record cells extended by unknown requests up to `cells` of them."""
+    def grow(c: Cells) -> Cells:
+        return Cells(c.items + [c.default] * (cells - len(c.items)), c.default)
+
+    return s.but(**{f: grow(getattr(s, f)) for f in ARRAY_FIELDS if f.startswith("rec_")})
+
+
+def _lemma_instances(lemmas: Sequence[Any], sizes: Sizes, s: State, rows: list[Any]) -> list[Any]:
     """The lemmas over `s` at every request cell, and at the rows those records and this step name."""
     if not lemmas:
         return []
-    reqs = [z3.IntVal(k) for k in range(cells)]
+    reqs = [z3.IntVal(k) for k in range(len(s.rec_status.items))]
     named = [Z3.select(s.rec_row, k) for k in reqs]
     return _instances(lemmas, sizes, s, {"req": reqs, "row": named + rows})
 
 
-def _unroll(
-    solver: z3.Solver, actions: list[Action], sizes: Sizes, s: State, t: int, cells: int
-) -> tuple[Any, Any, State]:
+def _unroll(solver: z3.Solver, actions: list[Action], sizes: Sizes, s: State, t: int) -> tuple[Any, Any, State]:
     """Add one step of the transition relation from `s` to a fresh state; return its selector and arguments."""
     sel = z3.Int(f"act@{t}")
     args = _arg_vars(actions, str(t))
-    nxt = symbolic(f"s{t + 1}", cells)
+    nxt = symbolic(f"s{t + 1}", len(s.rec_status.items))
     cases = [_readable(n, v, actions, t) for n, v in args.items()]
     choices = []
     for k, action in enumerate(actions):

@@ -2,7 +2,9 @@
 
 Every field is an array indexed by row or request id, or a counter, so that the same definition holds
 plain Python values (the executable model) or Z3 terms (the transition relation). Row 0 is padding, so a
-record's `rec_row == 0` means it holds no row; an unknown request is `STATUS_NEW` with zero lengths.
+record's `rec_row == 0` means it holds no row (`req_pool_idx is None`); `rec_row == SENTINEL_ROW` is the `-1`
+sentinel that older frees and pool fakes leave in `req_pool_idx`, which no contract path writes. An unknown
+request is `STATUS_NEW` with zero lengths.
 Slots are counted, not named: `owned_slots` is the sum over holding records of their own pages
 `[P, ceil_align(A))`, `tree_slots` what the prefix tree owns; `rec_locked` is 1 while the record holds a
 tree lock (`last_node` below the root); `rec_end` is `extend_range.end` and `rec_prompt` the prompt length;
@@ -21,6 +23,7 @@ from model.interp import Cells
 from properties.snapshot import STATUS_NEW
 
 NO_OWNER = -1
+SENTINEL_ROW = -1
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from model.actions import MANUAL_PRECONDITIONS, actions_for, manual_release_prec
 from model.concrete import Model
 from model.interp import PY, Z3
 from model.prove import Result, _solver, assume_invariants, bmc, induction, symbolic_sizes
-from model.state import Sizes, State, symbolic
+from model.state import SENTINEL_ROW, Sizes, State, symbolic
 from model.trace import Step
-from properties.invariants import BY_ID, INVARIANTS, live
+from properties.invariants import BY_ID, INVARIANTS, holds, live
+from properties.snapshot import STATUS_DECODE
 
 # Pool shapes theorems are stated over, and the concrete pools bounded searches run on (the fuzzer's pools).
 SHAPES = {
@@ -86,10 +87,14 @@ def _stale_reuse_record() -> Theorem:
     faults = frozenset({"raw_row_free"})
     invariants = [BY_ID[i] for i in RECORD_GUARD_INVARIANTS]
 
+    # The offload release reads req_pool_idx raw, so a raw row free defeats its guard: a second release, which
+    # no reuse guard can prevent (theorem sentinel-boundary:raw-row-free).
+    steps = [a for a in steps_of(faults) if a.name != "offload_release"]
+
     def run(name: str, timeout_ms: int) -> Result:
         result = Result(name, "proved", None, 0.0)
         for inv in invariants:
-            step = induction(name, SHAPES["chunk"], steps_of(faults), invariants, inv, timeout_ms)
+            step = induction(name, SHAPES["chunk"], steps, invariants, inv, timeout_ms)
             if step.outcome != "proved":
                 step.detail = f"{inv.id}: {step.detail}"
                 return step
@@ -199,10 +204,122 @@ def describe_divergence(steps: list[Step]) -> str:
     return "; ".join(parts)
 
 
+# -- the presence/sentinel boundary of the decode-offload release ---------------------------------------------
+
+PRESENCE_FAULTS = frozenset({"offload_presence_guard"})
+
+
+def _offload(sizes: Sizes, s: State, req: Any, sentinel: int, faults: frozenset[str] = frozenset()) -> Any:
+    """The offload release's action, its guard and its post-state on `req` (carrying the `-1` sentinel or not)."""
+    action, args = actions_for(faults)["offload_release"], {"req": req, "sentinel": sentinel}
+    return action.enabled(Z3, sizes, s, args), action.update(Z3, sizes, s, args)
+
+
+def owns_row(sizes: Sizes, s: State, req: Any) -> Any:
+    """`req` names a row of the pool that is handed out to it."""
+    row = Z3.select(s.rec_row, req)
+    return z3.And(row >= 1, row <= sizes.rows, Z3.select(s.row_held, row), Z3.select(s.row_owner, row) == req)
+
+
+def _sentinel_guard() -> Theorem:
+    def run(name: str, timeout_ms: int) -> Result:
+        sizes, domain = symbolic_sizes(SHAPES["radix"])
+        pre, req = symbolic("pre"), z3.Int("req")
+        solver = _solver(timeout_ms)
+        solver.add(*domain, *assume_invariants(SYMBOLIC, sizes, pre, [req], []))
+        plain, sentinel = _offload(sizes, pre, req, 0)[0], _offload(sizes, pre, req, 1)[0]
+        solver.add(z3.Or(z3.And(plain, z3.Not(owns_row(sizes, pre, req))), sentinel))
+        return _verdict(name, solver, "the offload release acts on a record that does not own its row")
+
+    statement = ("with the raw guard `req_pool_idx is None or == -1`, the offload release acts only on a record that "
+                 "owns its row: one never given a row or already released (None) and one carrying -1 are refused")
+    return Theorem("sentinel-boundary:raw-guard", statement, "radix", frozenset(), run)
+
+
+def _offload_equivalence(shape: str) -> Theorem:
+    def run(name: str, timeout_ms: int) -> Result:
+        sizes, domain = symbolic_sizes(SHAPES[shape])
+        pre, req = symbolic("pre"), z3.Int("req")
+        solver = _solver(timeout_ms)
+        solver.add(*domain, *assume_invariants(SYMBOLIC, sizes, pre, [req], []))
+        solver.add(Z3.select(pre.rec_status, req) == STATUS_DECODE, holds(Z3, pre, req))
+        offload = _offload(sizes, pre, req, 0)[1]
+        unified = actions_for()["pp_release"].update(Z3, sizes, pre, {"req": req})
+        solver.add(z3.Not(offload_differs_only_by_prefix(offload, unified, req, Z3.select(pre.rec_P, req))))
+        return _verdict(name, solver, "the offload release and release_kv_cache(is_insert=False) differ otherwise")
+
+    statement = ("on a decoding record that holds a row, the offload release leaves the pool as "
+                 "release_kv_cache(is_insert=False) does, except that with a protected prefix of P tokens it frees "
+                 "those P tree-held slots again and keeps the tree lock (equal when P == 0, where it is enabled)")
+    return Theorem(f"sentinel-boundary:release-equivalence@{shape}", statement, shape, frozenset(), run)
+
+
+def offload_differs_only_by_prefix(offload: State, unified: State, req: Any, protected: Any) -> Any:
+    """Equal states, but for `protected` more free slots and `req`'s tree lock kept after the offload release."""
+    kept = dataclasses.fields(State)
+    same = [getattr(offload, f.name) == getattr(unified, f.name) for f in kept
+            if f.name not in ("n_free_slots", "rec_locked")]
+    locked = Z3.select(offload.rec_locked, req)
+    lock = z3.And(offload.rec_locked == Z3.store(unified.rec_locked, req, locked), locked == z3.If(protected > 0, 1, 0))
+    return z3.And(*same, offload.n_free_slots == unified.n_free_slots + protected, lock)
+
+
+def sentinel_row_freed(s: State, tag: str) -> Any:
+    """More rows are free than the pool has: a row outside it went back to the free list."""
+    return s.n_free_rows > SHAPES["chunk"].rows
+
+
+def _presence_guard() -> Theorem:
+    def run(name: str, timeout_ms: int) -> Result:
+        result = bmc(name, steps_of(PRESENCE_FAULTS), SHAPES["chunk"], sentinel_row_freed, BMC_DEPTH, timeout_ms)
+        if result.steps:
+            result.detail = describe_sentinel_release(result.steps)
+        return result
+
+    statement = ("with the presence check holds_kv (the same test as `req_pool_idx is None` alone) in place of the raw "
+                 "guard, a released record carrying -1 passes and the offload release frees its row and slots again")
+    return Theorem("sentinel-boundary:presence-guard", statement, "chunk", PRESENCE_FAULTS, run,
+                   violates="row-conservation")
+
+
+def live_on_a_free_row(s: State, tag: str) -> Any:
+    """A live record names a row that is back in the free list."""
+    i = z3.Int(f"i@{tag}")
+    return z3.And(i >= 0, live(Z3, s, i), z3.Not(Z3.select(s.row_held, Z3.select(s.rec_row, i))))
+
+
+def _raw_row_free_defeats_the_guard() -> Theorem:
+    faults = frozenset({"raw_row_free"})
+
+    def run(name: str, timeout_ms: int) -> Result:
+        return bmc(name, steps_of(faults), SHAPES["chunk"], live_on_a_free_row, BMC_DEPTH, timeout_ms)
+
+    statement = ("the raw guard reads only the field: after a raw row free leaves req_pool_idx set, the offload "
+                 "release passes and returns a row that another live request holds by then")
+    return Theorem("sentinel-boundary:raw-row-free", statement, "chunk", faults, run, violates="live-row-owned")
+
+
+def describe_sentinel_release(steps: list[Step]) -> str:
+    """What the offload release did at the end of `steps` to a record carrying the sentinel, on the executable model."""
+    model = Model(SHAPES["chunk"], PRESENCE_FAULTS)
+    for step in steps[:-1]:
+        model.step(step.op, {**step.args, **step.choice})
+    before, last = model.state, steps[-1]
+    model.step(last.op, {**last.args, **last.choice})
+    req, after = last.args["req"], model.state
+    return (f"request {req} was released; carrying req_pool_idx == {SENTINEL_ROW} it passes holds_kv, and the offload "
+            f"release frees {after.n_free_slots - before.n_free_slots} of its stale slots again and returns row "
+            f"{SENTINEL_ROW} to the free list ({after.n_free_rows} free rows in a {model.sizes.rows}-row pool)")
+
+
 THEOREMS: tuple[Theorem, ...] = (
     *(_inductive(inv.id, shape) for shape in SHAPES for inv in SYMBOLIC),
     _stale_reuse_legacy(),
     _stale_reuse_record(),
     *(_release_equivalence(shape) for shape in SHAPES),
     *(_divergence(k) for k in range(4)),
+    _sentinel_guard(),
+    *(_offload_equivalence(shape) for shape in SHAPES),
+    _presence_guard(),
+    _raw_row_free_defeats_the_guard(),
 )

@@ -6,7 +6,8 @@ On the way to its pool classes sglang imports a few torchvision names at module 
 pinned CPU torch, and the pool classes never call those names, so `prepare_sglang_import` registers a stub that
 carries exactly them. One more repair is needed for 0.5.18's pinned transformers (see
 `repair_auto_image_processor`). Both are applied only by the upstream adapter, never by the reference pool or
-the harness.
+the harness. Triton's interpreter is switched on here too (`interpret_triton`): Triton fixes the mode of a
+`@triton.jit` function when sglang's module is imported, and 0.5.18's paged allocator always launches its kernels.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import importlib.util
 import sys
 import types
 from typing import NoReturn
+
+from impl.triton_env import prepare_triton
 
 STUB_MARKER = "__kvlife_stub__"
 
@@ -88,7 +91,15 @@ def repair_auto_image_processor() -> bool:
     return True
 
 
+def interpret_triton() -> None:
+    """Set `TRITON_INTERPRET=1` so that sglang's kernels (the paged allocator's `alloc_extend_kernel` and
+    `alloc_decode_kernel`) run interpreted on CPU tensors; raises `TritonModeError` when Triton was already
+    configured for compiled kernels in this process."""
+    prepare_triton("cpu")
+
+
 def prepare_sglang_import() -> None:
     """Everything that must happen before the first `import sglang` in a CPU-only venv."""
+    interpret_triton()
     install_torchvision_stub()
     repair_auto_image_processor()

@@ -24,11 +24,22 @@ from impl.engine import RecordView
 from impl.upstream.compat import prepare_sglang_import
 
 SUPPORTED_VERSIONS = ("0.5.18", "0.5.23")
+# Whether `PagedTokenToKVPoolAllocator` can run its naive torch path: 0.5.23 has the `use_triton_kernels`
+# switch; 0.5.18 always launches `alloc_extend_kernel` / `alloc_decode_kernel`.
+PAGED_NAIVE_PATH = {"0.5.18": False, "0.5.23": True}
 SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
 
 
 class UnsupportedUpstream(RuntimeError):
     """sglang is not installed here, or is a version the adapter does not speak."""
+
+
+def installed_version_or_none() -> str | None:
+    """The installed sglang version, or None when sglang is absent; reads package metadata only."""
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def installed_version() -> str:
@@ -71,14 +82,36 @@ class Dialect(abc.ABC):
         self.common = common
         self.sampling_params = SamplingParams
         self.no_speculation = SpeculativeAlgorithm.NONE
-        publish(ServerArgs(**SERVER_ARGS), role="scheduler")
+        self.server_args = ServerArgs(**SERVER_ARGS)
+        publish(self.server_args, role="scheduler")
 
     def new_pool(self, rows: int, width: int) -> Any:
         return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
 
-    def new_allocator(self, tokens: int, need_sort: bool) -> Any:
+    def new_allocator(self, tokens: int, need_sort: bool, page_size: int = 1, kernels: bool = False) -> Any:
+        """`TokenToKVPoolAllocator` for page size 1, else `PagedTokenToKVPoolAllocator` whose extend and decode
+        slot math runs upstream's Triton kernels (`kernels`) or its naive torch path."""
         # dtype and kvcache only size the KV buffers, which the allocator itself never touches.
-        return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, need_sort)
+        if page_size == 1:
+            return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, need_sort)
+        paged = self.allocator.PagedTokenToKVPoolAllocator(tokens, page_size, torch.float16, "cpu", None, need_sort)
+        self.select_kernels(paged, kernels)
+        return paged
+
+    def release_slots(self, allocator: Any) -> torch.Tensor:
+        """The freed pages waiting for a merge under `need_sort` (`release_pages`), oldest first."""
+        pages = allocator.release_pages
+        return torch.empty(0, dtype=torch.int64) if pages is None else pages.clone()
+
+    def flush(self, pool: Any, allocator: Any, cache: Any) -> None:
+        """The pool steps of `Scheduler.flush_cache` on an idle scheduler, in its order."""
+        cache.reset()
+        pool.clear()
+        allocator.clear()
+
+    def mark_aborted(self, req: Any) -> None:
+        """What `prepare_abort` leaves on an aborted request (its finish reason)."""
+        req.finished_reason = self.schedule_batch.FINISH_ABORT("Aborted")
 
     def new_req(self, rid: int, max_new_tokens: int) -> Any:
         params = self.sampling_params(max_new_tokens=max_new_tokens)
@@ -107,8 +140,17 @@ class Dialect(abc.ABC):
         req.finished_reason = self.schedule_batch.FINISH_LENGTH(length=len(req.output_ids))
 
     @abc.abstractmethod
-    def new_cache(self, pool: Any, allocator: Any) -> Any:
+    def select_kernels(self, paged: Any, kernels: bool) -> None:
+        """Point the paged allocator at its Triton kernels or its naive path (refused where the version cannot)."""
+
+    @abc.abstractmethod
+    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
         """The prefix cache sglang builds with the radix tree disabled."""
+
+    @abc.abstractmethod
+    def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
+        """The scheduler's `release_req` for one retracted request: release without insert, evict for the
+        `remaining` running requests, `reset_for_retract`."""
 
     @abc.abstractmethod
     def row(self, req: Any) -> int | None:

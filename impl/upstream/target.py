@@ -18,10 +18,16 @@ from typing import Any
 
 import torch
 
+from impl.allocation import tokens_needed
 from impl.engine import PoolConfig, PoolSnapshot, Refused
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
-from impl.upstream.dialects import Dialect, load_dialect
+from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
+
+# The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
+# naive torch path or its Triton kernels (interpreted on CPU). The reference's pure-Python oracle has no
+# upstream counterpart.
+KERNEL_BACKENDS = ("torch", "triton")
 
 
 @dataclass
@@ -47,11 +53,21 @@ class _Plan:
 
 
 def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
-    """Why the upstream target cannot build this pool, or None."""
+    """Why the upstream target cannot build this pool, or None. Reads the installed sglang version from package
+    metadata only (no import); without sglang the version-specific check is left to `load_dialect`."""
+    version = installed_version_or_none()
+    naive = PAGED_NAIVE_PATH.get(version or "", True)
     checks = [
         (not faults.names, f"faults are not supported on the upstream target (asked for {', '.join(faults.sorted())})"),
         (config.device == "cpu", f"the upstream target runs on 'cpu' only, got {config.device!r}"),
-        (config.page_size == 1, f"the upstream target drives page_size 1 only, got {config.page_size}"),
+        (
+            config.kernel_backend in KERNEL_BACKENDS,
+            f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
+        ),
+        (
+            config.page_size == 1 or config.kernel_backend == "triton" or naive,
+            f"sglang {version}'s paged allocator always launches its Triton kernels; use kernel_backend 'triton'",
+        ),
         (config.cache == "chunk", f"the upstream target drives the chunk cache only, got {config.cache!r}"),
         (not config.speculative, "the upstream target does not drive speculative decoding"),
         (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
@@ -60,7 +76,26 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
 
 
 class SglangPool:
-    """Upstream SGLang's `ReqToTokenPool` + `TokenToKVPoolAllocator` + chunk cache, for the installed version."""
+    """Upstream SGLang's `ReqToTokenPool` + `TokenToKVPoolAllocator` (page size 1) or
+    `PagedTokenToKVPoolAllocator` + chunk cache, for the installed version."""
+
+    # The lockstep ops this target implements (`fuzz.lockstep` names); configs it cannot build: `_unsupported`.
+    OPS: frozenset[str] = frozenset(
+        {
+            "admit",
+            "extend",
+            "decode",
+            "finish",
+            "pp_release",
+            "pp_release_manual",
+            "retract",
+            "abort",
+            "flush",
+            "reuse_released",
+            "release_again",
+            "free_row",
+        }
+    )
 
     def __init__(self, config: PoolConfig, faults: FaultSet = NO_FAULTS):
         problem = _unsupported(config, faults)
@@ -70,8 +105,9 @@ class SglangPool:
         self.dialect: Dialect = load_dialect()
         self.version = self.dialect.version
         self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
-        self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort)
-        self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator)
+        kernels = config.kernel_backend == "triton"
+        self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort, config.page_size, kernels)
+        self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config.page_size)
         self.reqs: dict[int, _Request] = {}
 
     # -- prefill ---------------------------------------------------------------------------------------------
@@ -104,8 +140,7 @@ class SglangPool:
             raise Refused(f"request {rid} has draft slots [C, A); a speculative commit consumes them")
         if view.committed_len + 1 > self.config.width:
             raise Refused(f"request {rid} would decode past the row width {self.config.width}")
-        if self.allocator.available_size() < 1:
-            raise Refused("1 slots asked for, 0 free and 0 evictable")
+        self._check_slots(view.committed_len, view.committed_len + 1)
         self._upstream(entry.batch.prepare_for_decode)
         entry.req.output_ids.append(output_token(rid, view.committed_len))
         entry.status = ReqStatus.DECODING
@@ -136,6 +171,47 @@ class SglangPool:
         entry = self._running(rid)
         self._upstream(lambda: self.dialect.pp_release_manual(entry.req, self.cache))
         self._retire(entry)
+
+    def retract(self, rid: int) -> None:
+        """Retraction: the scheduler's `release_req` (release without insert, eviction for the requests still
+        running, `reset_for_retract`); the request waits to be re-admitted with its outputs as prompt."""
+        entry = self._running(rid)
+        others = sum(1 for other, e in self.reqs.items() if other != rid and self._holds_live_row(e))
+        self._upstream(
+            lambda: self.dialect.retract(entry.req, self.req_to_token_pool, self.allocator, self.cache, others)
+        )
+        if entry.prompt_len is not None:
+            entry.prompt_len = len(entry.req.origin_input_ids) + len(entry.req.output_ids)
+        entry.status, entry.batch = ReqStatus.WAITING, None
+
+    def abort(self, rid: int) -> None:
+        """Abort, as the scheduler takes it where the request is: a waiting one leaves the queue without a
+        release; one mid-prefill on a row takes the pending chunked abort (`prepare_abort`, `release_kv_cache`
+        without insert); a decoding one finishes with `FINISH_ABORT` through the result pass's release."""
+        entry = self._get(rid)
+        if entry.status is ReqStatus.FINISHED:
+            raise Refused(f"request {rid} already finished")
+        reason = entry.req.finished_reason
+        self.dialect.mark_aborted(entry.req)
+        try:
+            if entry.status is ReqStatus.RUNNING and self.dialect.row(entry.req) is not None:
+                self._release(entry.req, insert=False, grouped=False)
+            elif entry.status is ReqStatus.DECODING:
+                self._release(entry.req, insert=True, grouped=True)
+        except Refused:
+            entry.req.finished_reason = reason
+            raise
+        self._retire(entry)
+
+    # -- pool maintenance --------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """The scheduler's idle `flush_cache`: `tree_cache.reset()`, `req_to_token_pool.clear()`, the
+        allocator's `clear()`; refused unless every request finished and holds no row (`is_fully_idle`)."""
+        busy = sorted(rid for rid, e in self.reqs.items() if e.status is not ReqStatus.FINISHED or self._holds(e))
+        if busy:
+            raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
+        self.dialect.flush(self.req_to_token_pool, self.allocator, self.cache)
 
     # -- calls the contract forbids (the harness's negative steps) ---------------------------------------
 
@@ -170,6 +246,18 @@ class SglangPool:
         entry = self.reqs.get(rid) or self._new_request(rid, prompt_len, family)
         return self._plan_extend(entry, extend_len).start
 
+    def peek_prefix(self, family: int, prompt_len: int) -> int:
+        """The prefix an admission of a `prompt_len`-token prompt of `family` would match now: none, since the
+        chunk cache (a disabled tree) matches nothing."""
+        return 0
+
+    def peek_prefix_of(self, rid: int, extend_len: int = 1) -> int:
+        """Where `extend(rid, extend_len)` would start computing: a continuation's stashed prefix, or 0 for a
+        re-admission (the chunk cache matches nothing). Read-only."""
+        entry = self._get(rid)
+        view = self.dialect.record_view(entry.req, entry.status.value, entry.prompt_len)
+        return view.prefix_len if view.row is not None or view.allocated_len > 0 else 0
+
     def snapshot(self) -> PoolSnapshot:
         pool = self.req_to_token_pool
         records = {rid: self.dialect.record_view(e.req, e.status.value, e.prompt_len) for rid, e in self.reqs.items()}
@@ -188,7 +276,7 @@ class SglangPool:
             records=records,
             row_slots=row_slots,
             free_slots=self.allocator.free_pages.clone(),
-            release_slots=self.allocator.release_pages.clone(),
+            release_slots=self.dialect.release_slots(self.allocator),
             evictable_size=self.cache.evictable_size(),
             protected_size=self.cache.protected_size(),
             cache=self.config.cache,
@@ -228,6 +316,18 @@ class SglangPool:
         entry = _Request(self.dialect.new_req(rid, max_new_tokens=self.config.width), prompt_len, family)
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
         return entry
+
+    def _holds(self, entry: _Request) -> bool:
+        return self.dialect.row(entry.req) is not None
+
+    def _holds_live_row(self, entry: _Request) -> bool:
+        return self._holds(entry) and entry.status is not ReqStatus.FINISHED
+
+    def _check_slots(self, start: int, end: int) -> None:
+        """Refuse unless the allocator can hand out the slots of positions `[start, end)` (whole new pages)."""
+        need, free = tokens_needed(self.config.page_size, start, end), self.allocator.available_size()
+        if need > free:
+            raise Refused(f"{need} slots asked for, {free} free and 0 evictable")
 
     def _retire(self, entry: _Request) -> None:
         entry.status = ReqStatus.FINISHED
@@ -298,6 +398,5 @@ class SglangPool:
             raise Refused(f"request {req.rid} would extend past the row width {width}")
         if view.row is None and self.req_to_token_pool.available_size() == 0:
             raise Refused("no free row")
-        if seq_len - start > self.allocator.available_size():
-            raise Refused(f"{seq_len - start} slots asked for, {self.allocator.available_size()} free, 0 evictable")
+        self._check_slots(start, seq_len)
         return _Plan(start, seq_len, target, rematch)

@@ -21,13 +21,19 @@ class Dialect0518(Dialect):
         "finished_reason",
     )
 
-    def new_cache(self, pool: Any, allocator: Any) -> Any:
+    def select_kernels(self, paged: Any, kernels: bool) -> None:
+        # No switch: alloc_extend / alloc_decode always launch the Triton kernels (interpreted on CPU, since the
+        # adapter set TRITON_INTERPRET=1 before importing sglang). `_unsupported` refuses the naive path first.
+        if not kernels:
+            raise ValueError("sglang 0.5.18's paged allocator has no naive path; use kernel_backend 'triton'")
+
+    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.chunk_cache import ChunkCache
 
         # What registry.py builds for --disable-radix-cache with chunked prefill on a full-attention model.
         params = CacheInitParams(
-            disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, page_size=1
+            disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, page_size=page_size
         )
         return ChunkCache(params)
 
@@ -56,7 +62,7 @@ class Dialect0518(Dialect):
             allocated_len=allocated_len,
             inflight_middle_chunks=req.inflight_middle_chunks,
             status=status,
-            prefix_len=len(req.prefix_indices),
+            prefix_len=req.prefix_indices.shape[0],
             extend_end=0 if req.extend_range is None else req.extend_range.end,
             prompt_len=prompt_len,
         )
@@ -67,6 +73,17 @@ class Dialect0518(Dialect):
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
         req.set_extend_range(len(req.prefix_indices), seq_len)  # PrefillAdder's extend range
+
+    def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
+        self.schedule_batch.release_req(
+            req=req,
+            remaing_req_count=remaining,
+            server_args=self.server_args,
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            tree_cache=cache,
+            hisparse_coordinator=None,
+        )
 
     def stash(self, req: Any, cache: Any) -> None:
         self.common.maybe_cache_unfinished_req(req, cache, chunked=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from impl.engine import RecordView
 from impl.upstream.dialects import Dialect
 
@@ -21,7 +23,19 @@ class Dialect0523(Dialect):
         "finished_reason",
     )
 
-    def new_cache(self, pool: Any, allocator: Any) -> Any:
+    def select_kernels(self, paged: Any, kernels: bool) -> None:
+        # Upstream reads the switch from the platform's Triton support (False on CPU); its interpreted kernels run
+        # because the adapter set TRITON_INTERPRET=1 before importing sglang.
+        paged.use_triton_kernels = kernels
+
+    def release_slots(self, allocator: Any) -> torch.Tensor:
+        if allocator.page_size == 1:
+            return super().release_slots(allocator)
+        # The paged allocator stages freed pages in a list of tensors (`staged_pages`), newest last.
+        staged = allocator.staged_pages
+        return torch.cat(staged[::-1]) if staged else torch.empty(0, dtype=torch.int64)
+
+    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -31,7 +45,7 @@ class Dialect0523(Dialect):
             disable=True,
             req_to_token_pool=pool,
             token_to_kv_pool_allocator=allocator,
-            page_size=1,
+            page_size=page_size,
             tree_components=(ComponentType.FULL,),
         )
         return UnifiedRadixCache(params)
@@ -71,6 +85,20 @@ class Dialect0523(Dialect):
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
         req.extend_end = seq_len  # PrefillAdder's extend range [prefix_len, seq_len)
+
+    def flush(self, pool: Any, allocator: Any, cache: Any) -> None:
+        super().flush(pool, allocator, cache)
+        pool.reset_aux_cache_allocator()  # 0.5.23's flush_cache resets the row pool's aux cache too
+
+    def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
+        self.schedule_batch.release_req(
+            req=req,
+            remaing_req_count=remaining,
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            tree_cache=cache,
+            hisparse_coordinator=None,
+        )
 
     def stash(self, req: Any, cache: Any) -> None:
         self.common.checkpoint_kv_cache(req, cache)

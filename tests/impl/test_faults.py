@@ -51,8 +51,8 @@ def test_every_registered_fault_names_its_site_and_origin() -> None:
 
 
 def test_every_historical_pattern_is_registered_in_or_out_of_scope() -> None:
-    # Section 8's thirty patterns plus PR #37167's two; none is dropped silently.
-    assert len(PATTERNS) == 32
+    # Section 8's thirty patterns plus PR #37167's three; none is dropped silently.
+    assert len(PATTERNS) == 33
     assert set(FAULTS) == {name for name, f in PATTERNS.items() if f.in_scope}
     for fault in PATTERNS.values():
         assert bool(fault.out_of_scope) != fault.in_scope, fault.name
@@ -129,6 +129,26 @@ def test_raw_row_free_leaves_req_pool_idx_set(path: str) -> None:
     assert faulty.reqs[0].kv.req_pool_idx == 4
     assert faulty.reqs[0].kv.kv_allocated_len == 0
     assert sorted(faulty.req_to_token_pool.free_slots) == sorted(clean.req_to_token_pool.free_slots)
+
+
+@pytest.mark.parametrize("config", [CHUNK, RADIX], ids=["chunk", "radix"])
+def test_offload_presence_guard_releases_a_record_carrying_the_sentinel_again(config: PoolConfig) -> None:
+    clean, faulty = _pools(config, "offload_presence_guard")
+    for pool in (clean, faulty):
+        pool.admit(0, 5, prompt_len=5)
+        pool.finish(0)
+        pool.admit(1, 3, prompt_len=3)
+    with pytest.raises(Refused, match="req_pool_idx is -1; the offload release returns early"):
+        clean.offload_release(0, sentinel=1)
+    protected_before = faulty.snapshot().protected_size
+    free_before = _free_list(faulty)
+    faulty.offload_release(0, sentinel=1)
+    assert -1 in faulty.req_to_token_pool.free_slots  # the sentinel went back as a row
+    assert len(_free_list(faulty)) > len(free_before)  # the row read through -1 had its slots freed again
+    decremented = faulty.reqs[0].kv.cache_protected_len if config.cache == "radix" else 0
+    assert decremented == (4 if config.cache == "radix" else 0)
+    assert faulty.snapshot().protected_size == protected_before - decremented  # a second decrement with a tree
+    assert clean.reqs[0].kv.req_pool_idx is None and -1 not in clean.req_to_token_pool.free_slots
 
 
 def test_manual_release_skips_mark_leaves_the_allocated_length() -> None:

@@ -493,6 +493,51 @@ def test_pd_prealloc_then_decode_and_finish_on_the_decode_row_pool(ps: int) -> N
     assert_idle_clean(pool)
 
 
+@pytest.mark.parametrize("ps", PAGE_SIZES)
+def test_offload_release_frees_prompt_decode_and_draft_ranges_then_returns_early_on_none_and_sentinel(ps: int) -> None:
+    pool = make_pool(page_size=ps, cache="radix", speculative=True, row_pool="decode", rows=2, pre_alloc_size=1)
+    pool.pd_prealloc(0, 6)
+    pool.decode(0)
+    pool.spec_prepare(0, 3)  # A = ceil_align(7 + 3): draft slots past the committed length
+    row, protected_len, committed_len, allocated_len = lengths(pool, 0)
+    assert (protected_len, committed_len) == (0, 7) and allocated_len > committed_len
+    pool.offload_release(0)
+    assert lengths(pool, 0) == (None, 0, 7, 0)
+    assert pool.reqs[0].status.value == "finished"
+    assert row in pool.req_to_token_pool.free_slots
+    for sentinel in (0, 1):  # released (None), then carrying -1: both return early and change nothing
+        before = pool.snapshot()
+        with pytest.raises(Refused, match=f"req_pool_idx is {'-1' if sentinel else 'None'}; .* returns early"):
+            pool.offload_release(0, sentinel)
+        assert_unchanged(before, pool.snapshot())
+    assert_idle_clean(pool)
+
+
+def test_offload_release_leaves_the_pool_as_release_kv_cache_without_insert() -> None:
+    pools = [make_pool(page_size=4, cache="radix") for _ in range(2)]
+    for pool in pools:
+        pool.pd_prealloc(0, 9)
+        pool.decode(0)
+    pools[0].offload_release(0)
+    pools[1].pp_release(0)  # release_kv_cache(req, tree, is_insert=False)
+    offloaded, released = (p.snapshot() for p in pools)
+    assert offloaded.records == released.records
+    assert sorted(offloaded.free_slots.tolist()) == sorted(released.free_slots.tolist())
+    assert (offloaded.free_rows, offloaded.protected_size) == (released.free_rows, released.protected_size)
+
+
+def test_offload_release_refuses_a_request_still_in_prefill_or_a_sentinel_on_a_held_row() -> None:
+    pool = make_pool()
+    pool.admit(0, 2, prompt_len=4)
+    pool.pd_prealloc(1, 3)
+    with pytest.raises(Refused, match="is running; the offload manager releases finished requests"):
+        pool.offload_release(0)
+    with pytest.raises(Refused, match="holds a row; only a record without one carries the sentinel"):
+        pool.offload_release(1, sentinel=1)
+    with pytest.raises(Refused, match="sentinel must be 0 or 1"):
+        pool.offload_release(1, sentinel=2)
+
+
 @pytest.mark.parametrize("cache", ["chunk", "radix"])
 def test_dllm_stash_frees_the_row_but_not_the_record_then_reuses_a_fresh_row(cache: str) -> None:
     pool = make_pool(page_size=4, cache=cache)

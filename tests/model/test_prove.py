@@ -9,11 +9,26 @@ from pathlib import Path
 
 import pytest
 
+from fuzz.__main__ import main as replay_main
+from model import theorems
 from model.__main__ import main as prove_main
-from model.actions import EXTEND, FINISH, _extend_enabled, _release, _set_status, actions_for
+from model.actions import (
+    EXTEND,
+    FINISH,
+    OFFLOAD_RELEASE,
+    Action,
+    _extend_enabled,
+    _offload_enabled,
+    _offload_update,
+    _release,
+    _set_status,
+    actions_for,
+    offload_guard_presence,
+)
 from model.prove import bmc, induction
-from model.theorems import RECORD_GUARD_INVARIANTS, SHAPES, SYMBOLIC, two_live_on_one_row
-from properties.invariants import BY_ID
+from model.state import SENTINEL_ROW
+from model.theorems import RECORD_GUARD_INVARIANTS, SHAPES, SYMBOLIC, THEOREMS, Theorem, two_live_on_one_row
+from properties.invariants import BY_ID, ceil_align
 from properties.snapshot import STATUS_DONE
 
 CHUNK, RADIX = SHAPES["chunk"], SHAPES["radix"]
@@ -90,3 +105,55 @@ def test_stash_that_keeps_the_old_lock_is_caught() -> None:
     steps = _steps(frozenset(), admit=dataclasses.replace(ADMIT, update=no_lock_move))
     result = induction("stale-lock", RADIX, steps, SYMBOLIC, BY_ID["lock-follows-prefix"])
     assert result.outcome == "refuted" and result.detail.startswith("admit:")
+
+
+def _theorem(name: str) -> Theorem:
+    return next(t for t in THEOREMS if t.name == name)
+
+
+def _with_offload(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
+    """Settle theorems over a model whose offload release is replaced by `changes`."""
+    broken = dataclasses.replace(OFFLOAD_RELEASE, **changes)  # type: ignore[arg-type]
+
+    def table(faults: frozenset[str] = frozenset()) -> dict[str, Action]:
+        return {**actions_for(faults), "offload_release": broken}
+
+    monkeypatch.setattr(theorems, "actions_for", table)
+
+
+@pytest.mark.parametrize("guard", [offload_guard_presence, lambda o, row: row != SENTINEL_ROW],
+                         ids=["holds_kv", "sentinel-only"])
+def test_a_weaker_offload_guard_refutes_the_raw_guard_theorem(monkeypatch: pytest.MonkeyPatch, guard: object) -> None:
+    name = "sentinel-boundary:raw-guard"
+    assert _theorem(name).run(name, 30_000).outcome == "proved"
+    _with_offload(monkeypatch, enabled=_offload_enabled(guard))  # type: ignore[arg-type]
+    assert _theorem(name).run(name, 30_000).outcome == "refuted"
+
+
+def test_an_offload_release_that_skips_the_over_allocation_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    def leaves_draft_slots(o, p, s, a):  # type: ignore[no-untyped-def]
+        # #19518: the offload release never freed the draft slots `[ceil_align(n), A)`.
+        after, req = _offload_update(o, p, s, a), a["req"]
+        draft = ceil_align(o, p, o.select(s.rec_A, req)) - ceil_align(o, p, o.select(s.rec_C, req))
+        return after.but(n_free_slots=after.n_free_slots - draft)
+
+    _with_offload(monkeypatch, update=leaves_draft_slots)
+    name = "sentinel-boundary:release-equivalence@radix"
+    assert _theorem(name).run(name, 30_000).outcome == "refuted"
+
+
+def test_the_presence_guard_trace_replays_only_with_its_fault(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    name = "sentinel-boundary:presence-guard"
+    assert prove_main(["prove", "--only", name, "--export-traces", str(tmp_path)]) == 0
+    trace = tmp_path / "sentinel-boundary_presence-guard.json"
+    assert [s["op"] for s in json.loads(trace.read_text())["steps"]][-1] == "offload_release"
+    assert replay_main(["replay", str(trace)]) == 1
+    assert "accepted-forbidden offload_release" in capsys.readouterr().out
+    assert replay_main(["replay", str(trace), "--faults", "none"]) == 0
+
+
+def test_a_bounded_search_out_of_budget_says_so_with_the_depth_it_reached() -> None:
+    result = bmc("budget", _steps(frozenset()), CHUNK, two_live_on_one_row, 20, budget_s=0.5)
+    assert result.outcome == "unknown"
+    assert result.detail.startswith("timeout after") and f"depths below {result.depth} settled" in result.detail

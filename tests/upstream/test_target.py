@@ -24,10 +24,16 @@ from hypothesis import strategies as st
 from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
 from impl.faults import FaultSet
 from impl.upstream import compat
-from impl.upstream.dialects import SUPPORTED_VERSIONS, installed_version
+from impl.upstream.dialects import PAGED_NAIVE_PATH, SUPPORTED_VERSIONS, installed_version
 from impl.upstream.target import SglangPool
+from properties.abstraction import observe
+from properties.invariants import check_snapshot
 
 CONFIG = PoolConfig(rows=4, tokens=32, width=16)
+VERSION = installed_version()
+# The paged backends this version's allocator can run: 0.5.18 has no naive path.
+PAGED_BACKENDS = ["torch", "triton"] if PAGED_NAIVE_PATH[VERSION] else ["triton"]
+PAGED = PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=PAGED_BACKENDS[0])
 Pool = ReferencePool | SglangPool
 Op = Callable[[Pool], object]
 
@@ -48,10 +54,14 @@ def outcome(pool: Pool, op: Op) -> object:
 def run_both(ops: list[Op], config: PoolConfig = CONFIG) -> tuple[ReferencePool, SglangPool]:
     """Run the ops on the reference and the upstream target, asserting equal outcomes and snapshots each step."""
     reference, upstream = ReferencePool(config), SglangPool(config)
+    run_both_on(reference, upstream, ops)
+    return reference, upstream
+
+
+def run_both_on(reference: ReferencePool, upstream: SglangPool, ops: list[Op]) -> None:
     for index, op in enumerate(ops):
         assert outcome(upstream, op) == outcome(reference, op), f"step {index}: outcomes differ"
         assert plain(upstream.snapshot()) == plain(reference.snapshot()), f"step {index}: snapshots differ"
-    return reference, upstream
 
 
 def refused_unchanged(pool: Pool, op: Op) -> str:
@@ -246,3 +256,232 @@ OPS = st.lists(
 @given(OPS)
 def test_random_steps_match_the_reference(ops: list[Op]) -> None:
     run_both(ops)
+
+
+# -- page size 4 ----------------------------------------------------------------------------------------------
+
+LIFECYCLE: list[Op] = [
+    lambda p: p.admit(0, 5),
+    lambda p: p.extend(0, 3),
+    lambda p: p.decode(0),
+    lambda p: p.admit(1, 4),
+    lambda p: p.decode(1),
+    lambda p: p.finish(0),
+    lambda p: p.admit(2, 6, prompt_len=9),
+    lambda p: p.extend(2, 2),
+    lambda p: p.pp_release(1),
+    lambda p: p.decode(2),
+    lambda p: p.finish(2),
+]
+
+
+@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+def test_paged_lifecycle_matches_the_reference(backend: str) -> None:
+    _, upstream = run_both(LIFECYCLE, PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=backend))
+    assert upstream.allocator.page_size == 4
+    assert type(upstream.allocator).__name__ == "PagedTokenToKVPoolAllocator"
+
+
+@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+def test_paged_snapshot_names_pages_and_row_slots_fill_them(backend: str) -> None:
+    pool = SglangPool(PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=backend))
+    pool.admit(0, 5)
+    snap = pool.snapshot()
+    # 8 pages of 4 (page 0 reserved): request 0 took two pages, its 5 slots fill the first and start the second.
+    assert (snap.page_size, snap.num_pages, snap.free_slots.numel()) == (4, 8, 6)
+    slots = snap.row_slots[0]
+    assert [s // 4 for s in slots] == [slots[0] // 4] * 4 + [slots[4] // 4]
+    assert [s % 4 for s in slots] == [0, 1, 2, 3, 0]
+    assert not set(slots) & {page * 4 + k for page in snap.free_slots.tolist() for k in range(4)}
+
+
+class _LaunchCounter:
+    """Counts launches of a Triton kernel (`kernel[grid](...)`) and forwards them."""
+
+    def __init__(self, kernel: object) -> None:
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid: object) -> object:
+        self.launches += 1
+        return self.kernel[grid]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("backend", PAGED_BACKENDS)
+def test_kernel_backend_picks_upstreams_kernels_or_naive_path(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pool = SglangPool(PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=backend))
+    from sglang.srt.mem_cache.allocator import paged
+
+    extend, decode = _LaunchCounter(paged.alloc_extend_kernel), _LaunchCounter(paged.alloc_decode_kernel)
+    monkeypatch.setattr(paged, "alloc_extend_kernel", extend)
+    monkeypatch.setattr(paged, "alloc_decode_kernel", decode)
+    pool.admit(0, 3)
+    pool.decode(0)
+    pool.decode(0)
+    launched = 1 if backend == "triton" else 0
+    assert (extend.launches, decode.launches) == (launched, 2 * launched)
+    assert pool.snapshot().records[0].allocated_len == 5
+
+
+def test_naive_path_and_kernels_hand_out_the_same_slots() -> None:
+    if not PAGED_NAIVE_PATH[VERSION]:
+        with pytest.raises(ValueError, match="always launches its Triton kernels"):
+            SglangPool(PoolConfig(page_size=4, kernel_backend="torch"))
+        return
+    snaps = []
+    for backend in ("torch", "triton"):
+        pool = SglangPool(PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=backend))
+        for op in LIFECYCLE[:8]:
+            op(pool)
+        snaps.append(plain(pool.snapshot()))
+    assert snaps[0] == snaps[1]
+
+
+def test_paged_capacity_counts_whole_pages_as_the_reference() -> None:
+    # 8 pages: two 13-token requests take 4 pages each; a decode at position 16 needs a fifth page and is refused.
+    run_both(
+        [
+            lambda p: p.admit(0, 13),
+            lambda p: p.admit(1, 13),
+            lambda p: p.decode(0),
+            lambda p: p.decode(0),
+            lambda p: p.decode(0),
+            lambda p: p.decode(0),
+            lambda p: p.admit(2, 1),
+            lambda p: p.finish(1),
+            lambda p: p.decode(0),
+            lambda p: p.admit(2, 3),
+        ],
+        PAGED,
+    )
+
+
+# -- retract, abort, flush ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config", [CONFIG, PAGED], ids=["page1", "page4"])
+def test_retract_then_readmission_recomputes_the_outputs_as_the_reference(config: PoolConfig) -> None:
+    _, upstream = run_both(
+        [
+            lambda p: p.admit(0, 6, prompt_len=6),
+            lambda p: p.decode(0),
+            lambda p: p.decode(0),
+            lambda p: p.admit(1, 3),
+            lambda p: p.retract(0),
+            lambda p: p.retract(0),
+            lambda p: p.decode(0),
+            lambda p: p.extend(0, 5),
+            lambda p: p.extend(0, 5),
+            lambda p: p.decode(0),
+        ],
+        config,
+    )
+    view = upstream.snapshot().records[0]
+    assert (view.status, view.prompt_len, view.committed_len) == ("decoding", 8, 9)
+    assert upstream.reqs[0].req.retraction_count == 1
+
+
+@pytest.mark.parametrize("config", [CONFIG, PAGED], ids=["page1", "page4"])
+def test_abort_in_each_state_matches_the_reference(config: PoolConfig) -> None:
+    _, upstream = run_both(
+        [
+            lambda p: p.admit(0, 4, prompt_len=9),  # mid-prefill: the pending chunked abort
+            lambda p: p.admit(1, 3),  # decoding (open-ended prompt): finished with FINISH_ABORT
+            lambda p: p.admit(2, 2),
+            lambda p: p.retract(2),  # waiting: leaves the queue, nothing to release
+            lambda p: p.abort(0),
+            lambda p: p.abort(1),
+            lambda p: p.abort(2),
+            lambda p: p.abort(2),
+        ],
+        config,
+    )
+    for rid in range(3):
+        assert type(upstream.reqs[rid].req.finished_reason).__name__ == "FINISH_ABORT"
+    snap = upstream.snapshot()
+    assert snap.free_rows and len(snap.free_rows) == config.rows
+    assert snap.free_slots.numel() * config.page_size == config.tokens
+
+
+def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
+    reference, upstream = run_both([lambda p: p.admit(0, 4), lambda p: p.admit(1, 2), lambda p: p.finish(0)])
+    assert "requests [1]" in refused_unchanged(upstream, lambda p: p.flush())
+    run_both_on(reference, upstream, [lambda p: p.finish(1)])
+    generation_before = upstream.snapshot().row_generation
+    assert generation_before != [0] * (CONFIG.rows + 1)
+    for pool in (reference, upstream):
+        pool.flush()
+    after, expected = plain(upstream.snapshot()), plain(reference.snapshot())
+    assert after.pop("row_generation") == (generation_before if VERSION == "0.5.23" else [0] * (CONFIG.rows + 1))
+    # The reference clears generations as 0.5.18 does; 0.5.23 keeps them monotonic across a flush.
+    assert expected.pop("row_generation") == [0] * (CONFIG.rows + 1)
+    assert after == expected
+
+
+def test_ops_lists_exactly_the_calls_the_target_defines() -> None:
+    lockstep_ops = {"admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "pp_release",
+                    "pp_release_manual", "retract", "abort", "evict", "flush", "pd_prealloc", "reuse_released",
+                    "release_again", "free_row"}
+    assert lockstep_ops >= SglangPool.OPS
+    assert all(callable(getattr(SglangPool, op, None)) for op in SglangPool.OPS)
+    assert not any(hasattr(SglangPool, op) for op in lockstep_ops - SglangPool.OPS)
+
+
+# -- the random differential at page sizes 1 and 4 ------------------------------------------------------------
+
+
+def broken(snap: PoolSnapshot) -> set[str]:
+    """The ids of the invariants a snapshot breaks."""
+    return {inv_id for inv_id, _ in check_snapshot(snap)}
+
+
+def run_observed(ops: list[Op], config: PoolConfig) -> None:
+    """Run the ops on both pools: equal outcomes and observations each step, and every invariant checked on
+    upstream's tensors, broken exactly where the reference breaks it (a forbidden `release_again` of a live
+    request is accepted by both). Free-list order and so page identity are not compared: upstream frees a row's
+    pages in row order (`free_kv_row` → `free_segments`), the reference in sorted order (`free` → `torch.unique`)."""
+    reference, upstream = ReferencePool(config), SglangPool(config)
+    for index, op in enumerate(ops):
+        assert outcome(upstream, op) == outcome(reference, op), f"step {index}: outcomes differ"
+        snap, expected = upstream.snapshot(), reference.snapshot()
+        assert observe(snap).differences(observe(expected)) == [], f"step {index}"
+        assert broken(snap) == broken(expected), f"step {index}"
+
+
+def _any_op(kind: str, rid: int, length: int, prompt_len: int | None) -> Op:
+    """Every op both pools treat alike (all but the raw row free and the hand-written release without a row)."""
+    calls: dict[str, Op] = {
+        "retract": lambda p: p.retract(rid),
+        "abort": lambda p: p.abort(rid),
+        "flush": lambda p: p.flush(),
+    }
+    return calls[kind] if kind in calls else _op(kind, rid, length, prompt_len)
+
+
+# Three admissions first, so that most later steps find a request to act on.
+PROMPT_LENS = st.none() | st.integers(1, 16)
+ADMISSIONS = st.tuples(
+    *(st.builds(_op, st.just("admit"), st.just(rid), st.integers(1, 9), PROMPT_LENS) for rid in range(3))
+)
+ALL_OPS = st.builds(
+    lambda first, rest: [*first, *rest],
+    ADMISSIONS,
+    st.lists(
+        st.builds(
+            _any_op,
+            st.sampled_from(["admit", "extend", "decode", "decode", "finish", "pp_release", "release_again",
+                             "retract", "abort", "abort", "flush"]),
+            st.integers(0, 3),
+            st.integers(1, 9),
+            st.none() | st.integers(1, 16),
+        ),
+        min_size=4,
+        max_size=24,
+    ),
+)
+
+
+@pytest.mark.parametrize("config", [CONFIG, PAGED], ids=["page1", "page4"])
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(ops=ALL_OPS)
+def test_random_steps_over_every_shared_op_match_the_reference(config: PoolConfig, ops: list[Op]) -> None:
+    run_observed(ops, config)

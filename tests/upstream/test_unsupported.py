@@ -1,5 +1,6 @@
 """Where the upstream target cannot run it says why, in every venv: missing or unsupported sglang, faults asked
-for, and `upstream/setup.sh` given a version it does not build."""
+for, configs it cannot build (checked before sglang is imported), and `upstream/setup.sh` given a version it does
+not build."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from impl.engine import PoolConfig
 from impl.faults import FaultSet
-from impl.upstream import dialects
+from impl.upstream import dialects, target
 from impl.upstream.target import SglangPool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,3 +58,35 @@ def test_setup_refuses_other_versions_in_one_line(version: str) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"setup.sh: sglang version must be 0.5.23 or 0.5.18, got '{version}'"]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (PoolConfig(page_size=4, kernel_backend="oracle"), r"no 'oracle' kernel backend; use one of \('torch', "),
+        (PoolConfig(cache="radix"), "chunk cache only, got 'radix'"),
+        (PoolConfig(speculative=True), "does not drive speculative decoding"),
+        (PoolConfig(row_pool="decode", pre_alloc_size=2), "ReqToTokenPool only, got 'decode'"),
+        (PoolConfig(device="cuda"), "'cpu' only"),
+    ],
+)
+def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(config: PoolConfig, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        SglangPool(config)
+
+
+def test_the_naive_paged_path_is_refused_on_0_5_18_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    paged = PoolConfig(page_size=4, kernel_backend="torch")
+    _version_is(monkeypatch, "0.5.18")
+    assert target._unsupported(paged, FaultSet.of([])) == (
+        "sglang 0.5.18's paged allocator always launches its Triton kernels; use kernel_backend 'triton'"
+    )
+    assert target._unsupported(PoolConfig(page_size=1, kernel_backend="torch"), FaultSet.of([])) is None
+    assert target._unsupported(PoolConfig(page_size=4, kernel_backend="triton"), FaultSet.of([])) is None
+    _version_is(monkeypatch, "0.5.23")
+    assert target._unsupported(paged, FaultSet.of([])) is None
+
+
+def test_ops_are_listed_without_loading_sglang() -> None:
+    assert {"admit", "extend", "decode", "finish", "retract", "abort", "flush"} <= target.SglangPool.OPS
+    assert "spec_prepare" not in target.SglangPool.OPS

@@ -1,0 +1,150 @@
+"""A campaign's report in its `--out` folder: `report.json`, `report.md`, two plots and a regression test per
+finding (`regressions/`). A finding with no fault switch on the reference pool is a false alarm, listed first."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fuzz.emit import emit
+from model.trace import TraceError, load
+
+WORKERS_PNG = "workers.png"
+COVERAGE_PNG = "coverage.png"
+REGRESSIONS = "regressions"
+
+
+def write_report(out: Path, report: dict[str, Any]) -> None:
+    """Emit each group's regression test, draw the plots, then write report.json and report.md (atomically)."""
+    for group in report["groups"]:
+        group["regression"] = _emit(Path(group["representative"]), out / REGRESSIONS)
+    report["plots"] = _plots(out, report)
+    _atomic_write(out / "report.json", json.dumps(report, indent=1) + "\n")
+    _atomic_write(out / "report.md", markdown(report))
+
+
+def _emit(trace_path: Path, regressions: Path) -> str | None:
+    try:
+        return str(emit(load(trace_path), regressions))
+    except TraceError:
+        return None
+
+
+def _plots(out: Path, report: dict[str, Any]) -> list[str]:
+    """Draw both plots; none where matplotlib is missing (an upstream SGLang venv), said in the report."""
+    try:
+        import matplotlib
+    except ImportError:
+        report["plots_skipped"] = "matplotlib is not installed in this environment"
+        return []
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return [_plot_workers(plt, out / WORKERS_PNG, report), _plot_coverage(plt, out / COVERAGE_PNG, report)]
+
+
+def _plot_workers(plt: Any, path: Path, report: dict[str, Any]) -> str:
+    workers = report["per_worker"]
+    labels = [str(w["worker"]) for w in workers]
+    fig, (steps_ax, rate_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    steps_ax.bar(labels, [w["steps"] for w in workers])
+    steps_ax.set(title="lockstep steps per worker", xlabel="worker", ylabel="steps")
+    rate_ax.bar(labels, [w["steps_per_s"] for w in workers], color="tab:orange")
+    rate_ax.set(title="steps/s per worker", xlabel="worker", ylabel="steps/s")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path.name
+
+
+def _plot_coverage(plt: Any, path: Path, report: dict[str, Any]) -> str:
+    points = [(0.0, 0), *report["coverage"], (report["elapsed_s"], len(report["corners"]))]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.step([p[0] for p in points], [p[1] for p in points], where="post")
+    ax.set(title="lifecycle-corner coverage", xlabel="elapsed seconds", ylabel="distinct corners reached")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path.name
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The human report: false alarms first, then the run, the findings, the re-checks and the coverage."""
+    lines = [f"# Fuzz campaign: {_verdict(report)}", ""]
+    alarms = [g for g in report["groups"] if g["false_alarm"]]
+    if alarms:
+        lines += [f"**FALSE ALARM: {len(alarms)} findings with no fault switch on the reference pool; the harness "
+                  "or the model is wrong, or the pool has a real bug.**", ""]
+    lines += _run_section(report) + _findings_section(report) + _recheck_section(report) + _coverage_section(report)
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(report: dict[str, Any]) -> str:
+    if report["exit_code"] == 2:
+        return f"failed ({len(report['crashed'])} workers crashed)"
+    if report["groups"]:
+        return f"{sum(g['count'] for g in report['groups'])} counterexamples in {len(report['groups'])} groups"
+    return "nothing found"
+
+
+def _run_section(report: dict[str, Any]) -> list[str]:
+    lines = ["## Run", "",
+             f"- commit {report['commit']}, seed base {report['seed_base']}, shard {report['shard']}, "
+             f"{report['workers']} workers, target {report['target']}, faults {', '.join(report['faults']) or 'none'}",
+             f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
+             f"of {report['examples_per_unit']} test cases",
+             f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
+             f"- rerun: `{report['rerun']}`", "",
+             "| worker | units | steps | seconds | steps/s | CPU seconds | steps per CPU second |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {w['worker']} | {w['units']} | {w['steps']:,} | {w['seconds']:.0f} | {w['steps_per_s']:,.0f} "
+              f"| {w['cpu_s']:.0f} | {w['steps_per_cpu_s']:,.0f} |" for w in report["per_worker"]]
+    lines += ["", _image("steps per worker", WORKERS_PNG, report), ""]
+    lines += [f"- worker {w} crashed: {why}" for w, why in report["crashed"].items()]
+    return lines
+
+
+def _findings_section(report: dict[str, Any]) -> list[str]:
+    lines = ["## Counterexamples (grouped by failure kind, id and op sequence)", ""]
+    if not report["groups"]:
+        return [*lines, "None.", ""]
+    for g in report["groups"]:
+        flag = "FALSE ALARM: " if g["false_alarm"] else ""
+        lines += [f"### {flag}{g['kind']} {g['id']} ({g['count']}x, {len(g['ops'])} steps)", "",
+                  f"- faults: {', '.join(g['faults']) or 'none'}; ops: {' '.join(g['ops'])}",
+                  f"- replay: `{g['replay']}`",
+                  f"- regression test: `{g['regression']}`", ""]
+    return lines
+
+
+def _recheck_section(report: dict[str, Any]) -> list[str]:
+    if not report["rechecked"]:
+        return []
+    lines = ["## Counterexamples from earlier runs, re-checked", ""]
+    return [*lines, *[f"- `{r['file']}`: {r['status']}" for r in report["rechecked"]], ""]
+
+
+def _coverage_section(report: dict[str, Any]) -> list[str]:
+    lines = ["## Lifecycle corners", "", f"{len(report['corners'])} distinct corners reached.", "",
+             _image("coverage over time", COVERAGE_PNG, report), "", "| corner | first reached (s) |", "|---|---|"]
+    return lines + [f"| {_cell(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
+
+
+def _image(title: str, name: str, report: dict[str, Any]) -> str:
+    if name in report.get("plots", []):
+        return f"![{title}]({name})"
+    return f"({title}: no plot, {report.get('plots_skipped', 'not drawn')})"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
