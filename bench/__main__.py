@@ -40,12 +40,22 @@ def prover() -> None:
 
 
 def bmc_by_pool_size(depths: list[int]) -> None:
-    print(f"bmc: no two live records on one row, whole contract, proved invariants as lemmas, "
-          f"{BMC_BUDGET_S:.0f} s budget each")
+    print(
+        f"bmc: no two live records on one row, whole contract, proved invariants as lemmas, "
+        f"{BMC_BUDGET_S:.0f} s budget each"
+    )
     for depth in depths:
         for rows in (4, 1_000_000):
-            result = bmc("bench", steps_of(frozenset()), Sizes(rows, 64, 32), two_live_on_one_row, depth,
-                         BMC_TIMEOUT_MS, lemmas=SYMBOLIC, budget_s=BMC_BUDGET_S)
+            result = bmc(
+                "bench",
+                steps_of(frozenset()),
+                Sizes(rows, 64, 32),
+                two_live_on_one_row,
+                depth,
+                BMC_TIMEOUT_MS,
+                lemmas=SYMBOLIC,
+                budget_s=BMC_BUDGET_S,
+            )
             outcome = result.detail if result.outcome == "unknown" else f"{result.outcome} (depth {result.depth})"
             print(f"  depth {depth:>2}, {rows:>9,} rows: {outcome} in {result.seconds:.1f} s", flush=True)
 

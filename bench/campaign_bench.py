@@ -26,8 +26,19 @@ SECONDS_PER_HOUR = 3600.0
 def campaign(workers: int, budget_s: float = BUDGET_S) -> dict[str, Any]:
     """Run one campaign; its steps, wall seconds (start-up and report included) and the workers' CPU seconds."""
     with TemporaryDirectory() as tmp:
-        plan = Plan(budget_s, workers, (1, 1), 0, "reference", (), Path(tmp) / "db", Path(tmp) / "out",
-                    UNIT_EXAMPLES, tuple(configurations(sorted(POOLS), SWARMS)), "bench")
+        plan = Plan(
+            budget_s,
+            workers,
+            (1, 1),
+            0,
+            "reference",
+            (),
+            Path(tmp) / "db",
+            Path(tmp) / "out",
+            UNIT_EXAMPLES,
+            tuple(configurations(sorted(POOLS), SWARMS)),
+            "bench",
+        )
         start = time.perf_counter()
         report = run_campaign(plan, out=io.StringIO(), err=io.StringIO()).report
         seconds = time.perf_counter() - start
@@ -37,8 +48,10 @@ def campaign(workers: int, budget_s: float = BUDGET_S) -> dict[str, Any]:
 
 def _line(run: dict[str, Any]) -> str:
     rate, per_cpu = run["steps"] / run["seconds"], run["steps"] / max(run["cpu_s"], 1e-9)
-    return (f"  {run['workers']} worker(s): {run['steps']:>8,} steps in {run['seconds']:5.1f} s wall "
-            f"({rate:6.0f} steps/s), {run['cpu_s']:5.1f} CPU s in workers ({per_cpu:4.0f} steps per CPU second)")
+    return (
+        f"  {run['workers']} worker(s): {run['steps']:>8,} steps in {run['seconds']:5.1f} s wall "
+        f"({rate:6.0f} steps/s), {run['cpu_s']:5.1f} CPU s in workers ({per_cpu:4.0f} steps per CPU second)"
+    )
 
 
 def main() -> None:
@@ -49,8 +62,10 @@ def main() -> None:
     many = campaign(workers)
     print(_line(many))
     wall_rate = many["steps"] / many["seconds"]
-    print(f"  {wall_rate / workers * SECONDS_PER_HOUR:,.0f} lockstep steps per core-hour with {workers} workers "
-          f"(wall clock; {many['steps'] / many['cpu_s'] * SECONDS_PER_HOUR:,.0f} per CPU-hour of the workers)")
+    print(
+        f"  {wall_rate / workers * SECONDS_PER_HOUR:,.0f} lockstep steps per core-hour with {workers} workers "
+        f"(wall clock; {many['steps'] / many['cpu_s'] * SECONDS_PER_HOUR:,.0f} per CPU-hour of the workers)"
+    )
     print(f"  speed-up from 1 to {workers} workers: {wall_rate / (one['steps'] / one['seconds']):.2f}x (wall clock)")
 
 

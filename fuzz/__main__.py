@@ -58,8 +58,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
     r.add_argument("--pool", choices=sorted(POOLS), default="chunk-p1", help="which pool shape to fuzz")
     r.add_argument("--swarm", choices=sorted(SWARMS), default="all", help="fuzz only this group of rules")
-    r.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
-                   help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}")
+    r.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=sorted(FAULTS),
+        metavar="NAME",
+        help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}",
+    )
     r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
@@ -74,14 +80,30 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("file", type=Path)
     e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
     m = sub.add_parser("mutants", help="grade the harness: turn on each fault switch alone and fuzz for it")
-    m.add_argument("--budget", type=_seconds, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help="time budget per fault, and per no-fault run of each pool")
-    m.add_argument("--only", action="append", default=[], choices=list(FAULTS), metavar="NAME",
-                   help="score only this fault (repeatable)")
-    m.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="where mutants.json, mutants.md and the counterexamples go")
-    m.add_argument("--target", choices=TARGET_NAMES, default="reference",
-                   help="sglang: only the no-fault false-alarm runs (faults exist only in the reference pool)")
+    m.add_argument(
+        "--budget",
+        type=_seconds,
+        default=DEFAULT_BUDGET_S,
+        metavar="SECONDS",
+        help="time budget per fault, and per no-fault run of each pool",
+    )
+    m.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        choices=list(FAULTS),
+        metavar="NAME",
+        help="score only this fault (repeatable)",
+    )
+    m.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="where mutants.json, mutants.md and the counterexamples go"
+    )
+    m.add_argument(
+        "--target",
+        choices=TARGET_NAMES,
+        default="reference",
+        help="sglang: only the no-fault false-alarm runs (faults exist only in the reference pool)",
+    )
     v = sub.add_parser("verify-upstream", help="the harness against the installed upstream SGLang (a sglang venv)")
     v.add_argument("--findings", type=Path, default=Path("upstream/findings.json"), help="the known findings")
     v.add_argument("--out", type=Path, default=Path("reports/upstream"), help="where traces and replays go")
@@ -116,11 +138,17 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"fuzz run: {problem}", file=sys.stderr)
         return 2
-    print(f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
-          f"faults {', '.join(args.fault) or 'none'}, target {config['target']}", flush=True)
-    print(f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
-          f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
-          f"{config['device']}", flush=True)
+    print(
+        f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
+        f"faults {', '.join(args.fault) or 'none'}, target {config['target']}",
+        flush=True,
+    )
+    print(
+        f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
+        f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
+        f"{config['device']}",
+        flush=True,
+    )
     result = run(config, profile, seed, args.out, args.db, args.swarm)
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
@@ -161,8 +189,11 @@ def _mutants(args: argparse.Namespace) -> int:
     if args.target == "reference":
         return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
     if args.only:
-        print("fuzz mutants: faults exist only in the reference pool; --target sglang runs only the no-fault "
-              "false-alarm runs (drop --only)", file=sys.stderr)
+        print(
+            "fuzz mutants: faults exist only in the reference pool; --target sglang runs only the no-fault "
+            "false-alarm runs (drop --only)",
+            file=sys.stderr,
+        )
         return 2
     from fuzz.upstream_verify import false_alarm_cli
 

@@ -77,8 +77,9 @@ def configurations(pools: Iterable[str], swarms: Iterable[str]) -> list[tuple[st
     return [(pool, swarm) for swarm in swarms for pool in pools]
 
 
-def unit_configuration(configs: list[tuple[str, str]], index: int, worker: int, workers: int,
-                       shard: int) -> tuple[str, str]:
+def unit_configuration(
+    configs: list[tuple[str, str]], index: int, worker: int, workers: int, shard: int
+) -> tuple[str, str]:
     """The configuration of unit `index` of `worker`: each worker walks every configuration in turn, from its
     own offset, so that workers (and shards) run different ones at the same time."""
     return configs[(index + worker + (shard - 1) * workers) % len(configs)]
@@ -108,9 +109,11 @@ class Plan:
 
     def rerun_command(self) -> str:
         faults = "".join(f" --fault {f}" for f in self.faults)
-        return (f"python -m fuzz campaign --budget {self.budget_s:g}s --workers {self.workers} "
-                f"--shard {self.shard[0]}/{self.shard[1]} --seed {self.seed_base} --target {self.target} "
-                f"--examples {self.examples} --db {self.db} --out {self.out}{faults}")
+        return (
+            f"python -m fuzz campaign --budget {self.budget_s:g}s --workers {self.workers} "
+            f"--shard {self.shard[0]}/{self.shard[1]} --seed {self.seed_base} --target {self.target} "
+            f"--examples {self.examples} --db {self.db} --out {self.out}{faults}"
+        )
 
 
 @dataclass
@@ -137,15 +140,28 @@ def counterexample_name(faults: Iterable[str], pool: str, swarm: str, seed: int)
     return re.sub(r"[^A-Za-z0-9_.+-]+", "_", stem) + ".json"  # safe to paste into a shell
 
 
-def run_unit(plan: Plan, index: int, worker: int, examples: int, on_start: Callable[[Recorder], None],
-             on_found: Callable[[Path], None]) -> UnitResult:
+def run_unit(
+    plan: Plan,
+    index: int,
+    worker: int,
+    examples: int,
+    on_start: Callable[[Recorder], None],
+    on_found: Callable[[Path], None],
+) -> UnitResult:
     """Run one unit; a failure is written raw the moment it happens, and rewritten once shrunk."""
     pool, swarm = plan.configuration(index, worker)
     seed = plan.seed(index, worker)
     config = {**POOLS[pool], "target": plan.target, "faults": sorted(plan.faults)}
     path = plan.out / counterexample_name(plan.faults, pool, swarm, seed)
-    meta = {"source": "campaign", "pool": pool, "swarm": swarm, "commit": plan.commit,
-            "hypothesis": hypothesis.__version__, "examples": examples, "steps_per_case": STEPS_PER_CASE}
+    meta = {
+        "source": "campaign",
+        "pool": pool,
+        "swarm": swarm,
+        "commit": plan.commit,
+        "hypothesis": hypothesis.__version__,
+        "examples": examples,
+        "steps_per_case": STEPS_PER_CASE,
+    }
 
     def keep_raw(lock: Any, failure: Failure) -> None:
         if not path_written:
@@ -158,8 +174,9 @@ def run_unit(plan: Plan, index: int, worker: int, examples: int, on_start: Calla
     on_start(recorder)
     profile = Profile("campaign", examples, STEPS_PER_CASE, derandomize=False, keep_database=False)
     database = KeyedDatabase(DirectoryBasedExampleDatabase(str(plan.db)), f"{pool}|{swarm}|{config['faults']}")
-    settings = hypothesis.settings(profile.hypothesis_settings(plan.db), database=database,
-                                   verbosity=hypothesis.Verbosity.quiet)
+    settings = hypothesis.settings(
+        profile.hypothesis_settings(plan.db), database=database, verbosity=hypothesis.Verbosity.quiet
+    )
     test = _seeded(get_state_machine_test(build_machine(recorder), settings=settings), seed)
     result = UnitResult(worker, index, seed, pool, swarm, examples, 0, 0, 0.0)
     start = time.perf_counter()
@@ -257,8 +274,9 @@ def _work(plan: Plan, worker: int, queue: Any, deadline: float) -> None:
     heartbeat = _Heartbeat(worker, queue)
     index, examples = 0, plan.examples
     while index == 0 or (time.time() < deadline and os.getppid() == parent):
-        result = run_unit(plan, index, worker, examples, heartbeat.unit_started,
-                          lambda path: queue.put(("found", worker, str(path))))
+        result = run_unit(
+            plan, index, worker, examples, heartbeat.unit_started, lambda path: queue.put(("found", worker, str(path)))
+        )
         heartbeat.unit_finished()
         queue.put(("unit", worker, asdict(result)))
         index += 1
@@ -331,8 +349,15 @@ def add_finding(groups: dict[Signature, Group], path: str, trace: Any) -> bool:
     sig = signature(trace)
     group = groups.get(sig)
     if group is None:
-        groups[sig] = Group(sig[0], sig[1], list(sig[2]), path, list(trace.config.get("faults", [])),
-                            trace.config.get("target", "reference"), files=[path])
+        groups[sig] = Group(
+            sig[0],
+            sig[1],
+            list(sig[2]),
+            path,
+            list(trace.config.get("faults", [])),
+            trace.config.get("target", "reference"),
+            files=[path],
+        )
         return True
     if path not in group.files:
         group.count += 1
@@ -398,9 +423,11 @@ class Tally:
     def progress(self) -> str:
         elapsed = time.time() - self.start
         steps = sum(self.steps.values())
-        return (f"[{elapsed:6.0f} s] {steps:,} steps, {steps / max(elapsed, 1e-9):,.0f} steps/s, "
-                f"{len(self.found)} counterexamples, {len(self.corners)} lifecycle corners, "
-                f"{len(self.units)} units done")
+        return (
+            f"[{elapsed:6.0f} s] {steps:,} steps, {steps / max(elapsed, 1e-9):,.0f} steps/s, "
+            f"{len(self.found)} counterexamples, {len(self.corners)} lifecycle corners, "
+            f"{len(self.units)} units done"
+        )
 
 
 def header(plan: Plan) -> list[str]:
@@ -432,8 +459,9 @@ class CampaignResult:
 Worker = Callable[[Plan, int, Any, float], None]
 
 
-def run_campaign(plan: Plan, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
-                 worker: Worker = worker_main) -> CampaignResult:
+def run_campaign(
+    plan: Plan, out: TextIO = sys.stdout, err: TextIO = sys.stderr, worker: Worker = worker_main
+) -> CampaignResult:
     """Run the campaign, write its report in `plan.out`; exit code 0 nothing found, 1 found, 2 the campaign
     failed (a worker crashed)."""
     from fuzz.campaign_report import write_report  # matplotlib loads in the parent only, never in workers
@@ -452,8 +480,12 @@ def run_campaign(plan: Plan, out: TextIO = sys.stdout, err: TextIO = sys.stderr,
     write_report(plan.out, report)
     for group in report["groups"]:
         if group["false_alarm"]:
-            print(f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
-                  f"{group['representative']}", file=err, flush=True)
+            print(
+                f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
+                f"{group['representative']}",
+                file=err,
+                flush=True,
+            )
     say(_summary(report, plan.out))
     return CampaignResult(report["exit_code"], report)
 
@@ -490,8 +522,9 @@ def _supervise(plan: Plan, tally: Tally, say: Callable[[str], None], worker: Wor
     context = multiprocessing.get_context("fork") if fork else multiprocessing.get_context("spawn")
     queue = context.Queue()
     deadline = tally.start + plan.budget_s
-    procs = {w: context.Process(target=worker, args=(plan, w, queue, deadline), daemon=True)
-             for w in range(plan.workers)}
+    procs = {
+        w: context.Process(target=worker, args=(plan, w, queue, deadline), daemon=True) for w in range(plan.workers)
+    }
     for proc in procs.values():
         proc.start()
     crashed: dict[int, str] = {}
@@ -543,18 +576,30 @@ def _report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: di
     groups = sorted(tally.groups.values(), key=lambda g: (not g.false_alarm, g.kind, g.id, len(g.ops)))
     exit_code = EXIT_FAILED if crashed else EXIT_FOUND if groups else EXIT_CLEAN
     return {
-        "commit": plan.commit, "seed_base": plan.seed_base, "shard": f"{plan.shard[0]}/{plan.shard[1]}",
-        "workers": plan.workers, "budget_s": plan.budget_s, "target": plan.target, "faults": list(plan.faults),
-        "examples_per_unit": plan.examples, "steps_per_case": STEPS_PER_CASE, "db": str(plan.db),
-        "configurations": [list(c) for c in plan.configs], "rerun": plan.rerun_command(),
-        "elapsed_s": round(elapsed, 2), "steps": steps, "steps_per_s": round(steps / max(elapsed, 1e-9), 1),
+        "commit": plan.commit,
+        "seed_base": plan.seed_base,
+        "shard": f"{plan.shard[0]}/{plan.shard[1]}",
+        "workers": plan.workers,
+        "budget_s": plan.budget_s,
+        "target": plan.target,
+        "faults": list(plan.faults),
+        "examples_per_unit": plan.examples,
+        "steps_per_case": STEPS_PER_CASE,
+        "db": str(plan.db),
+        "configurations": [list(c) for c in plan.configs],
+        "rerun": plan.rerun_command(),
+        "elapsed_s": round(elapsed, 2),
+        "steps": steps,
+        "steps_per_s": round(steps / max(elapsed, 1e-9), 1),
         "per_worker": [_worker_stats(w, tally) for w in range(plan.workers)],
         "corners": dict(sorted(tally.corners.items(), key=lambda kv: kv[1])),
         "coverage": [list(point) for point in tally.coverage],
         "units": sorted(tally.units, key=lambda u: (u["worker"], u["index"])),
         "rechecked": [asdict(r) for r in rechecked],
-        "groups": [{**asdict(g), "false_alarm": g.false_alarm,
-                    "replay": f"python -m fuzz replay {g.representative}"} for g in groups],
+        "groups": [
+            {**asdict(g), "false_alarm": g.false_alarm, "replay": f"python -m fuzz replay {g.representative}"}
+            for g in groups
+        ],
         "crashed": {str(w): why for w, why in crashed.items()},
         "exit_code": exit_code,
     }
@@ -563,36 +608,73 @@ def _report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: di
 def _worker_stats(worker: int, tally: Tally) -> dict[str, Any]:
     steps, busy, cpu = tally.steps.get(worker, 0), tally.busy_s.get(worker, 0.0), tally.cpu_s.get(worker, 0.0)
     units = sum(1 for u in tally.units if u["worker"] == worker)
-    return {"worker": worker, "steps": steps, "seconds": round(busy, 2), "cpu_s": round(cpu, 2),
-            "steps_per_s": round(steps / busy, 1) if busy > 0 else 0.0,
-            "steps_per_cpu_s": round(steps / cpu, 1) if cpu > 0 else 0.0, "units": units}
+    return {
+        "worker": worker,
+        "steps": steps,
+        "seconds": round(busy, 2),
+        "cpu_s": round(cpu, 2),
+        "steps_per_s": round(steps / busy, 1) if busy > 0 else 0.0,
+        "steps_per_cpu_s": round(steps / cpu, 1) if cpu > 0 else 0.0,
+        "units": units,
+    }
 
 
 def _summary(report: dict[str, Any], out: Path) -> str:
     found = sum(g["count"] for g in report["groups"])
-    verdict = {EXIT_CLEAN: "nothing found", EXIT_FOUND: f"{found} counterexamples in {len(report['groups'])} groups",
-               EXIT_FAILED: f"the campaign failed: {len(report['crashed'])} workers crashed"}[report["exit_code"]]
-    return (f"fuzz campaign: {verdict}; {report['steps']:,} steps in {report['elapsed_s']:.0f} s "
-            f"({report['steps_per_s']:,.0f} steps/s); report in {out / 'report.md'}")
+    verdict = {
+        EXIT_CLEAN: "nothing found",
+        EXIT_FOUND: f"{found} counterexamples in {len(report['groups'])} groups",
+        EXIT_FAILED: f"the campaign failed: {len(report['crashed'])} workers crashed",
+    }[report["exit_code"]]
+    return (
+        f"fuzz campaign: {verdict}; {report['steps']:,} steps in {report['elapsed_s']:.0f} s "
+        f"({report['steps_per_s']:,.0f} steps/s); report in {out / 'report.md'}"
+    )
 
 
 def add_parser(sub: Any) -> None:
     """The `campaign` subcommand's flags (bad values exit 2 through argparse with a one-line reason)."""
     c = sub.add_parser("campaign", help="a time-boxed campaign over every pool and swarm, on N worker processes")
-    c.add_argument("--budget", type=_arg(parse_duration), required=True, metavar="DURATION",
-                   help="how long to fuzz: 90s, 10m, 8h (units in flight finish after it)")
-    c.add_argument("--workers", type=_arg(_positive), default=os.cpu_count() or 1, metavar="N",
-                   help="worker processes (default: all cores)")
-    c.add_argument("--shard", type=_arg(parse_shard), default=(1, 1), metavar="I/N",
-                   help="run only shard I of N of the seed space (CI matrix jobs)")
+    c.add_argument(
+        "--budget",
+        type=_arg(parse_duration),
+        required=True,
+        metavar="DURATION",
+        help="how long to fuzz: 90s, 10m, 8h (units in flight finish after it)",
+    )
+    c.add_argument(
+        "--workers",
+        type=_arg(_positive),
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="worker processes (default: all cores)",
+    )
+    c.add_argument(
+        "--shard",
+        type=_arg(parse_shard),
+        default=(1, 1),
+        metavar="I/N",
+        help="run only shard I of N of the seed space (CI matrix jobs)",
+    )
     c.add_argument("--target", choices=("reference", "sglang"), default="reference", help="the pool to fuzz")
     c.add_argument("--db", type=Path, default=Path(".hypothesis/campaign"), help="shared example database")
     c.add_argument("--out", type=Path, default=Path("reports/campaign"), help="counterexamples and the report")
     c.add_argument("--seed", type=_arg(_natural), metavar="BASE", help="seed base (default: drawn and printed)")
-    c.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME",
-                   help="turn on a fault switch (repeatable)")
-    c.add_argument("--examples", type=_arg(_positive), default=DEFAULT_EXAMPLES, metavar="N",
-                   help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core)")
+    c.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        choices=sorted(FAULTS),
+        metavar="NAME",
+        help="turn on a fault switch (repeatable)",
+    )
+    c.add_argument(
+        "--examples",
+        type=_arg(_positive),
+        default=DEFAULT_EXAMPLES,
+        metavar="N",
+        help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core)",
+    )
 
 
 def cli(args: Any) -> int:
@@ -601,14 +683,27 @@ def cli(args: Any) -> int:
     torch.set_num_threads(1)  # before the pools below are built: see `_supervise`
     pools, problems = buildable_pools(args.target, faults)
     if not pools:
-        print(f"fuzz campaign: no pool of target {args.target} can be built here: {next(iter(problems.values()))}",
-              file=sys.stderr)
+        print(
+            f"fuzz campaign: no pool of target {args.target} can be built here: {next(iter(problems.values()))}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     for pool, problem in problems.items():
         print(f"fuzz campaign: {pool} left out: {problem}", file=sys.stderr)
     seed_base = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
-    plan = Plan(args.budget, args.workers, args.shard, seed_base, args.target, faults, args.db, args.out,
-                args.examples, tuple(configurations(pools, SWARMS)), git_commit())
+    plan = Plan(
+        args.budget,
+        args.workers,
+        args.shard,
+        seed_base,
+        args.target,
+        faults,
+        args.db,
+        args.out,
+        args.examples,
+        tuple(configurations(pools, SWARMS)),
+        git_commit(),
+    )
     return run_campaign(plan).exit_code
 
 

@@ -76,8 +76,11 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Fuzz campaign: {_verdict(report)}", ""]
     alarms = [g for g in report["groups"] if g["false_alarm"]]
     if alarms:
-        lines += [f"**FALSE ALARM: {len(alarms)} findings with no fault switch on the reference pool; the harness "
-                  "or the model is wrong, or the pool has a real bug.**", ""]
+        lines += [
+            f"**FALSE ALARM: {len(alarms)} findings with no fault switch on the reference pool; the harness "
+            "or the model is wrong, or the pool has a real bug.**",
+            "",
+        ]
     lines += _run_section(report) + _findings_section(report) + _recheck_section(report) + _coverage_section(report)
     return "\n".join(lines) + "\n"
 
@@ -91,17 +94,24 @@ def _verdict(report: dict[str, Any]) -> str:
 
 
 def _run_section(report: dict[str, Any]) -> list[str]:
-    lines = ["## Run", "",
-             f"- commit {report['commit']}, seed base {report['seed_base']}, shard {report['shard']}, "
-             f"{report['workers']} workers, target {report['target']}, faults {', '.join(report['faults']) or 'none'}",
-             f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
-             f"of {report['examples_per_unit']} test cases",
-             f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
-             f"- rerun: `{report['rerun']}`", "",
-             "| worker | units | steps | seconds | steps/s | CPU seconds | steps per CPU second |",
-             "|---|---|---|---|---|---|---|"]
-    lines += [f"| {w['worker']} | {w['units']} | {w['steps']:,} | {w['seconds']:.0f} | {w['steps_per_s']:,.0f} "
-              f"| {w['cpu_s']:.0f} | {w['steps_per_cpu_s']:,.0f} |" for w in report["per_worker"]]
+    lines = [
+        "## Run",
+        "",
+        f"- commit {report['commit']}, seed base {report['seed_base']}, shard {report['shard']}, "
+        f"{report['workers']} workers, target {report['target']}, faults {', '.join(report['faults']) or 'none'}",
+        f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
+        f"of {report['examples_per_unit']} test cases",
+        f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
+        f"- rerun: `{report['rerun']}`",
+        "",
+        "| worker | units | steps | seconds | steps/s | CPU seconds | steps per CPU second |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {w['worker']} | {w['units']} | {w['steps']:,} | {w['seconds']:.0f} | {w['steps_per_s']:,.0f} "
+        f"| {w['cpu_s']:.0f} | {w['steps_per_cpu_s']:,.0f} |"
+        for w in report["per_worker"]
+    ]
     lines += ["", _image("steps per worker", WORKERS_PNG, report), ""]
     lines += [f"- worker {w} crashed: {why}" for w, why in report["crashed"].items()]
     return lines
@@ -113,10 +123,14 @@ def _findings_section(report: dict[str, Any]) -> list[str]:
         return [*lines, "None.", ""]
     for g in report["groups"]:
         flag = "FALSE ALARM: " if g["false_alarm"] else ""
-        lines += [f"### {flag}{g['kind']} {g['id']} ({g['count']}x, {len(g['ops'])} steps)", "",
-                  f"- faults: {', '.join(g['faults']) or 'none'}; ops: {' '.join(g['ops'])}",
-                  f"- replay: `{g['replay']}`",
-                  f"- regression test: `{g['regression']}`", ""]
+        lines += [
+            f"### {flag}{g['kind']} {g['id']} ({g['count']}x, {len(g['ops'])} steps)",
+            "",
+            f"- faults: {', '.join(g['faults']) or 'none'}; ops: {' '.join(g['ops'])}",
+            f"- replay: `{g['replay']}`",
+            f"- regression test: `{g['regression']}`",
+            "",
+        ]
     return lines
 
 
@@ -128,8 +142,16 @@ def _recheck_section(report: dict[str, Any]) -> list[str]:
 
 
 def _coverage_section(report: dict[str, Any]) -> list[str]:
-    lines = ["## Lifecycle corners", "", f"{len(report['corners'])} distinct corners reached.", "",
-             _image("coverage over time", COVERAGE_PNG, report), "", "| corner | first reached (s) |", "|---|---|"]
+    lines = [
+        "## Lifecycle corners",
+        "",
+        f"{len(report['corners'])} distinct corners reached.",
+        "",
+        _image("coverage over time", COVERAGE_PNG, report),
+        "",
+        "| corner | first reached (s) |",
+        "|---|---|",
+    ]
     return lines + [f"| {_cell(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
 
 

@@ -72,13 +72,30 @@ def pool_config(config: dict[str, Any]) -> PoolConfig:
 
 
 def model_sizes(config: dict[str, Any]) -> Sizes:
-    return Sizes(config["rows"], config["tokens"], config["width"], config.get("page_size", 1),
-                 config.get("cache") == "radix", bool(config.get("speculative", False)))
+    return Sizes(
+        config["rows"],
+        config["tokens"],
+        config["width"],
+        config.get("page_size", 1),
+        config.get("cache") == "radix",
+        bool(config.get("speculative", False)),
+    )
 
 
 # The ops `impl.upstream.target.SglangPool` implements until it lists them itself (`SglangPool.OPS`).
-SGLANG_OPS = frozenset({"admit", "extend", "decode", "finish", "pp_release", "pp_release_manual", "reuse_released",
-                        "release_again", "free_row"})
+SGLANG_OPS = frozenset(
+    {
+        "admit",
+        "extend",
+        "decode",
+        "finish",
+        "pp_release",
+        "pp_release_manual",
+        "reuse_released",
+        "release_again",
+        "free_row",
+    }
+)
 SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
 
 
@@ -241,8 +258,10 @@ class Lockstep:
             return []
         held = manual_release_preconditions(PY, m.sizes, m.state, rid)
         failed = next((MANUAL_PRECONDITIONS[k] for k, ok in enumerate(held) if not ok), None)
-        pairs: list[tuple[str, str, str | None]] = [("pp_release", "pp_release_manual", failed),
-                                                      ("pp_release", "retract", None)]
+        pairs: list[tuple[str, str, str | None]] = [
+            ("pp_release", "pp_release_manual", failed),
+            ("pp_release", "retract", None),
+        ]
         if status == STATUS_DECODE:
             pairs.append(("finish", "abort", None))
         return [pair for pair in pairs if pair[0] in self.ops and pair[1] in self.ops]  # the target's paths only
@@ -251,8 +270,11 @@ class Lockstep:
         """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
         if op == "admit":
             if not hasattr(self.target, "peek_prefix"):
-                return {"prefix": self._admission_prefix(inputs["req"], inputs["n"], prompt_len=inputs["prompt"],
-                                                         family=inputs["family"])}
+                return {
+                    "prefix": self._admission_prefix(
+                        inputs["req"], inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"]
+                    )
+                }
             return {"prefix": self.target.peek_prefix(inputs["family"], inputs["prompt"])}
         if op == "extend":
             record = self.snap.records.get(inputs["req"])
@@ -271,8 +293,9 @@ class Lockstep:
             return 0
         return prefix
 
-    def _choices(self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot,
-                 after: PoolSnapshot) -> dict[str, int]:
+    def _choices(
+        self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot, after: PoolSnapshot
+    ) -> dict[str, int]:
         """What the pool chose, read from its answer and from what its tree gained."""
         action = self.model.action(op)
         choice: dict[str, int] = {}
@@ -303,25 +326,43 @@ class Lockstep:
             return Failure(index, "refused-legal", op, f"the pool refused {_call(op, args)}: {reason}")
         changes = observe(before).differences(observe(self.snap))
         if changes:
-            return Failure(index, "refusal-changed-state", op,
-                           f"{_call(op, args)} was refused ({reason}) but changed " + "; ".join(changes))
+            return Failure(
+                index,
+                "refusal-changed-state",
+                op,
+                f"{_call(op, args)} was refused ({reason}) but changed " + "; ".join(changes),
+            )
         if op in SCHEDULER_FILTERED and reason.startswith("contract assert"):
-            return Failure(index, "assert-tripped", op, f"{_call(op, args)} got past the scheduler's status filter "
-                           f"and was stopped only by the pool's own assert ({reason}); upstream that assert stops "
-                           "the scheduler")
+            return Failure(
+                index,
+                "assert-tripped",
+                op,
+                f"{_call(op, args)} got past the scheduler's status filter "
+                f"and was stopped only by the pool's own assert ({reason}); upstream that assert stops "
+                "the scheduler",
+            )
         return None
 
     def _accepted_forbidden(self, index: int, op: str, args: dict[str, int]) -> Failure:
         # What the forbidden call did to the pool, in the invariants' words, so the failure shows its damage.
         damage = "; ".join(f"{i}: {m}" for i, m in check_snapshot(self.snap))
-        return Failure(index, "accepted-forbidden", op, f"the pool accepted {_call(op, args)}, which the contract "
-                       "forbids in this state" + (f"; afterwards {damage}" if damage else ""))
+        return Failure(
+            index,
+            "accepted-forbidden",
+            op,
+            f"the pool accepted {_call(op, args)}, which the contract "
+            "forbids in this state" + (f"; afterwards {damage}" if damage else ""),
+        )
 
     def _judge(self, index: int, op: str, args: dict[str, int]) -> Failure | None:
         if not self.model.choice_ok(op, args):
             chosen = ", ".join(f"{k}={args[k]}" for k in self.model.action(op).choice)
-            return Failure(index, "illegal-choice", op, f"the pool chose {chosen} for {_call(op, args)}, "
-                           "which the contract does not allow here")
+            return Failure(
+                index,
+                "illegal-choice",
+                op,
+                f"the pool chose {chosen} for {_call(op, args)}, which the contract does not allow here",
+            )
         self.model.step(op, args)
         if "row" in args and op in ("admit", "extend", "pd_prealloc"):
             self.last_row[args["req"]] = args["row"]
@@ -379,8 +420,9 @@ def refusal_corners(op: str, legal: bool, reason: str) -> list[str]:
     return corners
 
 
-def step_corners(op: str, args: dict[str, int], choice: dict[str, int], before: PoolSnapshot,
-                 after: PoolSnapshot) -> list[str]:
+def step_corners(
+    op: str, args: dict[str, int], choice: dict[str, int], before: PoolSnapshot, after: PoolSnapshot
+) -> list[str]:
     """Which lifecycle corners an accepted step reached (for the coverage table)."""
     corners = [f"{op}: done"]
     record, previous = after.records.get(args.get("req", -1)), before.records.get(args.get("req", -1))

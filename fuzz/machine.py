@@ -34,16 +34,40 @@ PICK = st.integers(0, 15)  # which of the requests in the right status a step ac
 # rest are exercised harder. None is every rule.
 SWARMS: dict[str, frozenset[str] | None] = {
     "all": None,
-    "chunked-heavy": frozenset({"admit", "extend", "readmit", "release", "differential", "reuse_released",
-                                "release_released", "flush"}),
-    "abort-heavy": frozenset({"admit", "extend", "decode", "release", "abort_waiting", "readmit", "differential",
-                              "preempt_finished", "offload_release"}),
-    "exhaustion": frozenset({"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release",
-                             "offload_release"}),
-    "speculative": frozenset({"admit", "pd_prealloc", "decode", "spec_prepare", "spec_commit", "release",
-                              "pp_release_manual", "differential"}),
-    "radix-sharing": frozenset({"admit", "extend", "readmit", "evict", "release", "flush", "differential",
-                                "pp_release_manual"}),
+    "chunked-heavy": frozenset(
+        {"admit", "extend", "readmit", "release", "differential", "reuse_released", "release_released", "flush"}
+    ),
+    "abort-heavy": frozenset(
+        {
+            "admit",
+            "extend",
+            "decode",
+            "release",
+            "abort_waiting",
+            "readmit",
+            "differential",
+            "preempt_finished",
+            "offload_release",
+        }
+    ),
+    "exhaustion": frozenset(
+        {"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release", "offload_release"}
+    ),
+    "speculative": frozenset(
+        {
+            "admit",
+            "pd_prealloc",
+            "decode",
+            "spec_prepare",
+            "spec_commit",
+            "release",
+            "pp_release_manual",
+            "differential",
+        }
+    ),
+    "radix-sharing": frozenset(
+        {"admit", "extend", "readmit", "evict", "release", "flush", "differential", "pp_release_manual"}
+    ),
 }
 
 

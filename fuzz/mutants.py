@@ -34,11 +34,20 @@ BOTH_POOLS = ("chunk-p1", "radix-p4")  # the page-size-1 chunk pool steps about 
 SITE_POOLS: dict[str, tuple[str, ...]] = {
     "chunk_cache_skip_stash": ("chunk-p1",),
     "double_free_within_group": ("chunk-p1",),
-    **{name: ("radix-p4",) for name in (
-        "unaligned_spec_alloc_len", "skip_overalloc_free_on_finish", "double_lock_on_chunk_retry",
-        "chunk_rematch_lock_leak", "overalloc_free_unaligned_start", "radix_counter_double_add",
-        "stale_last_node_after_reset", "release_order_row_first", "lock_walk_off_by_one",
-    )},
+    **{
+        name: ("radix-p4",)
+        for name in (
+            "unaligned_spec_alloc_len",
+            "skip_overalloc_free_on_finish",
+            "double_lock_on_chunk_retry",
+            "chunk_rematch_lock_leak",
+            "overalloc_free_unaligned_start",
+            "radix_counter_double_add",
+            "stale_last_node_after_reset",
+            "release_order_row_first",
+            "lock_walk_off_by_one",
+        )
+    },
 }
 FIRST_FAILURE = "mutants: first failure after"
 DETECTED = "detected"
@@ -138,8 +147,9 @@ def run_attempt(fault: str | None, pool: str, budget_s: float, out: Path, target
     argv += ["--fault", fault] if fault else []
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "fuzz.mutants", *argv], capture_output=True, text=True,
-                              timeout=budget_s, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "fuzz.mutants", *argv], capture_output=True, text=True, timeout=budget_s, check=False
+        )
         stdout, stderr, code = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:  # run() has killed the child by then
         stdout, stderr, code = _text(exc.stdout), _text(exc.stderr), None
@@ -178,7 +188,7 @@ def _text(output: str | bytes | None) -> str:
 def _first_failure(stdout: str) -> float | None:
     for line in stdout.splitlines():
         if line.startswith(FIRST_FAILURE):
-            return float(line[len(FIRST_FAILURE):].split()[0])
+            return float(line[len(FIRST_FAILURE) :].split()[0])
     return None
 
 
@@ -197,21 +207,41 @@ def report_of(scores: list[Score], baselines: list[Attempt], budget_s: float) ->
     steps = [s.final.steps for s in found if s.final.steps is not None]
     alarms = [b for b in baselines if b.result in (DETECTED, UNSHRUNK, CRASH)]
     summary = {
-        "in_scope": len(scores), "detected": len(found),
+        "in_scope": len(scores),
+        "detected": len(found),
         "median_first_failure_s": statistics.median(seconds) if seconds else None,
-        "max_first_failure_s": max(seconds, default=None), "max_steps": max(steps, default=None),
-        "false_alarms": len(alarms), "passed": len(found) == len(scores) and not alarms,
+        "max_first_failure_s": max(seconds, default=None),
+        "max_steps": max(steps, default=None),
+        "false_alarms": len(alarms),
+        "passed": len(found) == len(scores) and not alarms,
     }
     summary["targets_met"] = bool(seconds) and (
-        statistics.median(seconds) <= TARGET_MEDIAN_S and max(seconds) <= TARGET_MAX_S and max(steps) <= TARGET_STEPS)
-    faults = [{"name": s.name, "site": s.site, "origin": s.origin, "detected": s.detected, "seconds": s.seconds,
-               "pools_tried": [a.pool for a in s.attempts],
-               **{k: v for k, v in asdict(s.final).items() if k != "fault"},
-               "attempts": [asdict(a) for a in s.attempts]} for s in scores]
-    out_of_scope = [{"name": f.name, "origin": f.origin, "reason": f.out_of_scope}
-                    for f in PATTERNS.values() if not f.in_scope]
-    return {"profile": PROFILE, "budget_s": budget_s, "summary": summary, "faults": faults,
-            "baselines": [asdict(b) for b in baselines], "out_of_scope": out_of_scope}
+        statistics.median(seconds) <= TARGET_MEDIAN_S and max(seconds) <= TARGET_MAX_S and max(steps) <= TARGET_STEPS
+    )
+    faults = [
+        {
+            "name": s.name,
+            "site": s.site,
+            "origin": s.origin,
+            "detected": s.detected,
+            "seconds": s.seconds,
+            "pools_tried": [a.pool for a in s.attempts],
+            **{k: v for k, v in asdict(s.final).items() if k != "fault"},
+            "attempts": [asdict(a) for a in s.attempts],
+        }
+        for s in scores
+    ]
+    out_of_scope = [
+        {"name": f.name, "origin": f.origin, "reason": f.out_of_scope} for f in PATTERNS.values() if not f.in_scope
+    ]
+    return {
+        "profile": PROFILE,
+        "budget_s": budget_s,
+        "summary": summary,
+        "faults": faults,
+        "baselines": [asdict(b) for b in baselines],
+        "out_of_scope": out_of_scope,
+    }
 
 
 def write_reports(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
@@ -227,22 +257,33 @@ def markdown(report: dict[str, Any]) -> str:
     """The mutant table, the no-fault baselines and the out-of-scope patterns, as Markdown."""
     s = report["summary"]
     lines = [
-        "# Mutant table", "",
+        "# Mutant table",
+        "",
         f"Profile `{report['profile']}` (derandomized), budget {report['budget_s']:.0f} s per fault. "
-        "Seconds are fuzzing time to the first failing step (imports excluded; earlier pools' runs included).", "",
+        "Seconds are fuzzing time to the first failing step (imports excluded; earlier pools' runs included).",
+        "",
         "| fault | pool | result | first failure (s) | steps | failure | counterexample |",
         "|---|---|---|---:|---:|---|---|",
     ]
     for f in report["faults"]:
         failure = f"{f['failure_kind']} `{f['failure_id']}`" if f["failure_kind"] else f["detail"]
-        lines.append(f"| `{f['name']}` | {', '.join(f['pools_tried'])} | {f['result']} | {_num(f['seconds'])} "
-                     f"| {_num(f['steps'])} | {failure} | {f['counterexample'] or ''} |")
-    lines += ["", f"Detected {s['detected']} of {s['in_scope']} in-scope faults; median first failure "
-              f"{_num(s['median_first_failure_s'])} s, slowest {_num(s['max_first_failure_s'])} s; largest "
-              f"counterexample {_num(s['max_steps'])} steps; false alarms {s['false_alarms']}. Targets (median "
-              f"≤ {TARGET_MEDIAN_S:.0f} s, none above {TARGET_MAX_S:.0f} s, at most {TARGET_STEPS} steps) "
-              f"{'met' if s['targets_met'] else 'not met'}.", "",
-              "## No-fault baselines", "", "| pool | result | seconds | failure |", "|---|---|---:|---|"]
+        lines.append(
+            f"| `{f['name']}` | {', '.join(f['pools_tried'])} | {f['result']} | {_num(f['seconds'])} "
+            f"| {_num(f['steps'])} | {failure} | {f['counterexample'] or ''} |"
+        )
+    lines += [
+        "",
+        f"Detected {s['detected']} of {s['in_scope']} in-scope faults; median first failure "
+        f"{_num(s['median_first_failure_s'])} s, slowest {_num(s['max_first_failure_s'])} s; largest "
+        f"counterexample {_num(s['max_steps'])} steps; false alarms {s['false_alarms']}. Targets (median "
+        f"≤ {TARGET_MEDIAN_S:.0f} s, none above {TARGET_MAX_S:.0f} s, at most {TARGET_STEPS} steps) "
+        f"{'met' if s['targets_met'] else 'not met'}.",
+        "",
+        "## No-fault baselines",
+        "",
+        "| pool | result | seconds | failure |",
+        "|---|---|---:|---|",
+    ]
     for b in report["baselines"]:
         failure = f"{b['failure_kind']} `{b['failure_id']}` ({b['counterexample']})" if b["failure_kind"] else ""
         verdict = CLEAN.get(b["result"], f"FALSE ALARM: {b['result']}")
@@ -264,9 +305,11 @@ def cli(faults: Sequence[str], budget_s: float, out: Path) -> int:
     report = score_all(faults, budget_s, out, lambda line: print(line, flush=True))
     as_json, as_md = write_reports(report, out)
     s = report["summary"]
-    print(f"fuzz mutants: {s['detected']} of {s['in_scope']} detected, {s['false_alarms']} false alarms; "
-          f"median first failure {_num(s['median_first_failure_s'])} s, largest counterexample "
-          f"{_num(s['max_steps'])} steps")
+    print(
+        f"fuzz mutants: {s['detected']} of {s['in_scope']} detected, {s['false_alarms']} false alarms; "
+        f"median first failure {_num(s['median_first_failure_s'])} s, largest counterexample "
+        f"{_num(s['max_steps'])} steps"
+    )
     print(f"  written to {as_md} and {as_json}")
     return 0 if s["passed"] else 1
 

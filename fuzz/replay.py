@@ -65,8 +65,10 @@ def _states(lock: Lockstep) -> list[str]:
     model, pool = lock.model.observe(), observe(lock.snap)
     lines = []
     for label, obs in (("model", model), ("pool ", pool)):
-        lines.append(f"      {label} free rows {sorted(obs.free_rows)}, free slots {obs.free_slot_count}, "
-                     f"tree slots {obs.tree_slot_count}")
+        lines.append(
+            f"      {label} free rows {sorted(obs.free_rows)}, free slots {obs.free_slot_count}, "
+            f"tree slots {obs.tree_slot_count}"
+        )
         lines += [f"      {label} req {rid}: {rec}" for rid, rec in sorted(obs.records.items())]
     return lines
 
@@ -79,12 +81,16 @@ def verdict(trace: Trace, result: ReplayResult) -> tuple[int, str]:
     line = f"reproduced: step {f.step}: {f.kind} {f.id}: {f.message}"
     recorded = trace.failure
     if recorded is not None and (recorded.kind, recorded.id) != (f.kind, f.id):
-        line += f"\n(the trace recorded step {recorded.step}: {recorded.kind} {recorded.id}; the pool fails earlier " \
-                "or differently)"
+        line += (
+            f"\n(the trace recorded step {recorded.step}: {recorded.kind} {recorded.id}; the pool fails earlier "
+            "or differently)"
+        )
     return 1, line
 
 
 def _describe(config: dict[str, object]) -> str:
     faults = ", ".join(config.get("faults", [])) or "none"  # type: ignore[arg-type]
-    return (f"{config['target']} pool on {config['device']}: {config['rows']} rows, {config['tokens']} slots, "
-            f"width {config['width']}, page size {config['page_size']}, {config['cache']} cache; faults: {faults}")
+    return (
+        f"{config['target']} pool on {config['device']}: {config['rows']} rows, {config['tokens']} slots, "
+        f"width {config['width']}, page size {config['page_size']}, {config['cache']} cache; faults: {faults}"
+    )

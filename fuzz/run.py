@@ -34,8 +34,15 @@ class RunResult:
     corners: dict[str, int]
 
 
-def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Path, db_dir: Path,
-        swarm: str = "all", exclude: frozenset[str] = frozenset()) -> RunResult:
+def run(
+    config: dict[str, Any],
+    profile: Profile,
+    seed: int | None,
+    out_dir: Path,
+    db_dir: Path,
+    swarm: str = "all",
+    exclude: frozenset[str] = frozenset(),
+) -> RunResult:
     """Fuzz the target described by `config` under `profile` (with the rule group `swarm`, never drawing the
     ops in `exclude`); write the shrunk counterexample if one is found."""
     recorder = Recorder(config, swarm, exclude=exclude)
@@ -47,19 +54,33 @@ def run(config: dict[str, Any], profile: Profile, seed: int | None, out_dir: Pat
         test()
     except StepFailed as exc:
         path = _write_counterexample(recorder, exc, profile, seed, out_dir)
-        return RunResult(path, str(exc), recorder.total_steps, recorder.cases, time.perf_counter() - start,
-                         recorder.ops, recorder.corners)
-    return RunResult(None, "", recorder.total_steps, recorder.cases, time.perf_counter() - start, recorder.ops,
-                     recorder.corners)
+        return RunResult(
+            path,
+            str(exc),
+            recorder.total_steps,
+            recorder.cases,
+            time.perf_counter() - start,
+            recorder.ops,
+            recorder.corners,
+        )
+    return RunResult(
+        None, "", recorder.total_steps, recorder.cases, time.perf_counter() - start, recorder.ops, recorder.corners
+    )
 
 
-def _write_counterexample(recorder: Recorder, exc: StepFailed, profile: Profile, seed: int | None,
-                          out_dir: Path) -> Path:
+def _write_counterexample(
+    recorder: Recorder, exc: StepFailed, profile: Profile, seed: int | None, out_dir: Path
+) -> Path:
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
     steps, failure = delete_steps(recorder.config, recorder.last.steps[: exc.failure.step + 1], exc.failure)
-    meta: dict[str, Any] = {"source": "hypothesis", "profile": profile.name, "swarm": recorder.swarm,
-                            "commit": git_commit(), "hypothesis": hypothesis.__version__}
+    meta: dict[str, Any] = {
+        "source": "hypothesis",
+        "profile": profile.name,
+        "swarm": recorder.swarm,
+        "commit": git_commit(),
+        "hypothesis": hypothesis.__version__,
+    }
     if recorder.config.get("target") == "sglang":
         meta["sglang"] = installed_sglang()
     if recorder.exclude:
@@ -87,8 +108,13 @@ def delete_steps(config: dict[str, Any], steps: list[Step], failure: Failure) ->
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).parent,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return out.stdout.strip() or "unknown"

@@ -55,8 +55,11 @@ class Finding:
 
     def matches(self, failure: Failure | None, version: str) -> bool:
         """Whether `failure`, seen on `version`, is this finding."""
-        return failure is not None and version in self.versions and \
-            (failure.kind, failure.id) == (self.expect_kind, self.expect_id)
+        return (
+            failure is not None
+            and version in self.versions
+            and (failure.kind, failure.id) == (self.expect_kind, self.expect_id)
+        )
 
 
 @dataclass
@@ -92,9 +95,14 @@ def load_findings(path: Path) -> list[Finding]:
 def _finding(entry: Any) -> Finding:
     try:
         finding = Finding(
-            id=str(entry["id"]), versions=tuple(entry["versions"]), triage=entry["triage"],
-            upstream=str(entry["upstream"]), summary=str(entry["summary"]), replay=ROOT / entry["replay"],
-            expect_kind=str(entry["expect"]["kind"]), expect_id=str(entry["expect"]["id"]),
+            id=str(entry["id"]),
+            versions=tuple(entry["versions"]),
+            triage=entry["triage"],
+            upstream=str(entry["upstream"]),
+            summary=str(entry["summary"]),
+            replay=ROOT / entry["replay"],
+            expect_kind=str(entry["expect"]["kind"]),
+            expect_id=str(entry["expect"]["id"]),
             fuzz_exclude=frozenset(entry.get("fuzz_exclude", [])),
         )
     except (KeyError, TypeError) as exc:
@@ -138,8 +146,9 @@ def check_findings(findings: list[Finding], version: str, report: Report) -> Non
         elif finding.matches(failure, version):
             report.say(f"  {finding.id}: reproduces ({seen}) [{finding.triage}]")
         else:
-            report.mismatch(f"{finding.id}: no longer reproduces: expected {finding.expect_kind} "
-                            f"{finding.expect_id}, replay {seen}")
+            report.mismatch(
+                f"{finding.id}: no longer reproduces: expected {finding.expect_kind} {finding.expect_id}, replay {seen}"
+            )
 
 
 # -- the prover's traces ----------------------------------------------------------------------------------
@@ -150,8 +159,9 @@ def export_prover_traces(out: Path) -> list[Path]:
     from model.__main__ import MANIFEST
     from model.__main__ import main as prove
 
-    refuted = [name for name, want in json.loads(MANIFEST.read_text())["theorems"].items()
-               if want.get("outcome") == "refuted"]
+    refuted = [
+        name for name, want in json.loads(MANIFEST.read_text())["theorems"].items() if want.get("outcome") == "refuted"
+    ]
     argv = ["prove", "--export-traces", str(out)] + [arg for name in refuted for arg in ("--only", name)]
     with redirect_stdout(StringIO()):
         prove(argv)
@@ -186,8 +196,15 @@ def upstream_pools() -> dict[str, dict[str, Any]]:
     return {name: config for name, config in configs.items() if target_problem(config) is None}
 
 
-def fuzz_pool(name: str, config: dict[str, Any], findings: list[Finding], version: str, out: Path,
-              report: Report, cases: int | None = None) -> None:
+def fuzz_pool(
+    name: str,
+    config: dict[str, Any],
+    findings: list[Finding],
+    version: str,
+    out: Path,
+    report: Report,
+    cases: int | None = None,
+) -> None:
     """The `ci` profile (`cases` test cases where given) on one pool; a known finding drops its ops and the
     run starts again."""
     # Not shrunk: a known finding needs none, and upstream steps slowly (shrinking one took over five minutes);
@@ -198,8 +215,10 @@ def fuzz_pool(name: str, config: dict[str, Any], findings: list[Finding], versio
         result = run(config, profile, None, out, out / "db", exclude=exclude)
         rate = result.steps / result.seconds if result.seconds > 0 else 0.0
         dropped = f", without {', '.join(sorted(exclude))}" if exclude else ""
-        report.say(f"  {name}{dropped}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
-                   f"({rate:.0f} steps/s)")
+        report.say(
+            f"  {name}{dropped}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
+            f"({rate:.0f} steps/s)"
+        )
         if result.counterexample is None:
             return
         trace = load(result.counterexample)
@@ -238,8 +257,10 @@ def _verdict(failure: Failure | None) -> str:
 def first_difference(name: str, trace: Trace, out: Path, findings: list[Finding], version: str) -> Difference | None:
     """Step the trace on both targets (no faults) until either fails; the first observable difference, with a
     replay file (the trace up to it, on the reference target)."""
-    sides = [Lockstep({**trace.config, "target": "reference", "faults": [], "kernel_backend": "torch"}),
-             Lockstep(upstream_config(trace.config))]
+    sides = [
+        Lockstep({**trace.config, "target": "reference", "faults": [], "kernel_backend": "torch"}),
+        Lockstep(upstream_config(trace.config)),
+    ]
     for index, step in enumerate(trace.steps):
         (ref, ref_choice, ref_obs), (up, up_choice, up_obs) = (_outcome(lock, step) for lock in sides)
         what = [f"reference {_verdict(ref)}, sglang {_verdict(up)}"] if _verdict(ref) != _verdict(up) else []
@@ -249,8 +270,16 @@ def first_difference(name: str, trace: Trace, out: Path, findings: list[Finding]
         if what:
             path = out / f"{name}.json"
             meta = {"source": "differential", "sglang": version, "differs": "; ".join(what)}
-            dump(Trace({**trace.config, "target": "reference", "faults": []}, trace.seed, trace.steps[: index + 1],
-                       None, meta), path)
+            dump(
+                Trace(
+                    {**trace.config, "target": "reference", "faults": []},
+                    trace.seed,
+                    trace.steps[: index + 1],
+                    None,
+                    meta,
+                ),
+                path,
+            )
             hit = known(findings, up, version)
             return Difference(name, index, _call(step), "; ".join(what), path, hit.id if hit else None)
         if ref is not None:
@@ -284,22 +313,35 @@ def random_traces(config: dict[str, Any], count: int) -> list[tuple[str, Trace]]
         return lock
 
     machine = build_machine(Recorder(config, driver=driver))
-    test = get_state_machine_test(machine, settings=settings(
-        max_examples=count, stateful_step_count=STEPS_PER_RANDOM_TRACE, derandomize=True, database=None,
-        deadline=None, phases=(Phase.generate,), suppress_health_check=list(HealthCheck), print_blob=False))
+    test = get_state_machine_test(
+        machine,
+        settings=settings(
+            max_examples=count,
+            stateful_step_count=STEPS_PER_RANDOM_TRACE,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            phases=(Phase.generate,),
+            suppress_health_check=list(HealthCheck),
+            print_blob=False,
+        ),
+    )
     test()
     return [(f"random-{index:04d}", Trace(reference, None, steps)) for index, steps in enumerate(cases) if steps]
 
 
-def differential(traces: list[tuple[str, Trace]], findings: list[Finding], version: str, out: Path,
-                 report: Report) -> list[Difference]:
+def differential(
+    traces: list[tuple[str, Trace]], findings: list[Finding], version: str, out: Path, report: Report
+) -> list[Difference]:
     """The traces on both targets, a table row for each that differs; a difference upstream shows as no known
     finding is a mismatch."""
     ops = target_ops({"target": "sglang"})
     runnable = [(name, trace) for name, trace in traces if _runs_upstream(trace, ops)]
     rows = [row for name, trace in runnable if (row := first_difference(name, trace, out, findings, version))]
-    report.say(f"differential on sglang {version}: {len(runnable)} traces on both targets, {len(rows)} differ, "
-               f"{len(traces) - len(runnable)} cannot run upstream")
+    report.say(
+        f"differential on sglang {version}: {len(runnable)} traces on both targets, {len(rows)} differ, "
+        f"{len(traces) - len(runnable)} cannot run upstream"
+    )
     if rows:
         report.say(f"  {'trace':<28} {'step':>4}  {'call':<40} {'finding':<20} what differs")
     for row in rows:
@@ -340,8 +382,11 @@ def cli(findings_path: Path, out: Path, random_count: int, cases: int | None = N
     """`python -m fuzz verify-upstream`: run every check, print a summary line, exit 0 iff all match."""
     version = installed_sglang()
     if version is None:
-        print("verify-upstream: sglang is not installed here; run `make verify-sglang` (or `make sglang-setup`, "
-              "then .venv-sglang-VERSION/bin/python -m fuzz verify-upstream)", file=sys.stderr)
+        print(
+            "verify-upstream: sglang is not installed here; run `make verify-sglang` (or `make sglang-setup`, "
+            "then .venv-sglang-VERSION/bin/python -m fuzz verify-upstream)",
+            file=sys.stderr,
+        )
         return 2
     try:
         findings = load_findings(findings_path)
@@ -365,8 +410,11 @@ def false_alarm_cli(budget_s: float, out: Path) -> int:
 
     version = installed_sglang()
     if version is None:
-        print("fuzz mutants: --target sglang needs upstream sglang; run it with .venv-sglang-VERSION/bin/python "
-              "(make sglang-setup)", file=sys.stderr)
+        print(
+            "fuzz mutants: --target sglang needs upstream sglang; run it with .venv-sglang-VERSION/bin/python "
+            "(make sglang-setup)",
+            file=sys.stderr,
+        )
         return 2
     findings = load_findings(ROOT / "upstream" / "findings.json")
     alarms = 0

@@ -113,8 +113,9 @@ def _extend_torch(
     open_page_end = _cdiv(prefix_lens, page_size) * page_size
 
     extend_num_tokens = int(extend_lens.sum())
-    req = torch.repeat_interleave(torch.arange(seq_lens.numel(), device=seq_lens.device), extend_lens,
-                                  output_size=extend_num_tokens)
+    req = torch.repeat_interleave(
+        torch.arange(seq_lens.numel(), device=seq_lens.device), extend_lens, output_size=extend_num_tokens
+    )
     offset = torch.arange(extend_num_tokens, device=seq_lens.device) - out_start[req]
     pos = prefix_lens[req] + offset
     on_open_page = pos < open_page_end[req]

@@ -260,8 +260,9 @@ class ReferencePool:
         if req.status is not ReqStatus.DECODING or not kv.holds_kv:
             raise Refused(f"request {rid} is not decoding on a row")
         if not 1 <= accepted <= kv.kv_allocated_len - kv.kv_committed_len:
-            raise Refused(f"{accepted} accepted tokens do not fit the {kv.kv_allocated_len - kv.kv_committed_len} "
-                          "reserved")
+            raise Refused(
+                f"{accepted} accepted tokens do not fit the {kv.kv_allocated_len - kv.kv_committed_len} reserved"
+            )
         start = kv.kv_committed_len
         kv.kv_committed_len += accepted
         req.fill_ids = req.fill_ids[:start] + [output_token(rid, p) for p in range(start, kv.kv_committed_len)]
@@ -344,8 +345,10 @@ class ReferencePool:
             if req.kv.req_pool_idx == SENTINEL_ROW:
                 req.kv.req_pool_idx = before
         if not released:
-            raise Refused(f"request {rid}: req_pool_idx is {SENTINEL_ROW if sentinel else before}; "
-                          "the offload release returns early")
+            raise Refused(
+                f"request {rid}: req_pool_idx is {SENTINEL_ROW if sentinel else before}; "
+                "the offload release returns early"
+            )
         if self.tree is not None:
             self.tree.protected_size_ -= protected_len  # directly, without dec_lock_ref, as upstream
         req.status = ReqStatus.FINISHED

@@ -270,7 +270,7 @@ _OUT_OF_SCOPE = (
         name="chunked_req_skipped_without_budget",
         site="PrefillAdder.add_chunked_req (early return)",
         mechanism="the chunked request is not added to can_run_list when the budget is exhausted",
-        origin="sglang schedule_policy.py comment (\"otherwise it will cause a memory leak\")",
+        origin='sglang schedule_policy.py comment ("otherwise it will cause a memory leak")',
         in_scope=False,
         out_of_scope="needs PrefillAdder's token budget (the pool always schedules a continuation's chunk)",
     ),
@@ -315,8 +315,9 @@ class FaultSet:
 
 def _unknown_message(names: list[str]) -> str:
     """Why `names` are not switches: out of scope (with the reason) or not registered at all."""
-    parts = [f"{n} is out of scope: {PATTERNS[n].out_of_scope}" if n in PATTERNS else f"unknown fault {n}"
-             for n in names]
+    parts = [
+        f"{n} is out of scope: {PATTERNS[n].out_of_scope}" if n in PATTERNS else f"unknown fault {n}" for n in names
+    ]
     return "; ".join(parts) + f"; known: {', '.join(sorted(FAULTS))}"
 
 

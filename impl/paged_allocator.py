@@ -49,8 +49,10 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
 
     def alloc(self, need_size: int) -> torch.Tensor | None:
         """Slots of `need_size // page_size` whole pages from the head; None (nothing taken) when short."""
-        _require(need_size >= 0 and need_size % self.page_size == 0,
-                 f"alloc size {need_size} is not a whole number of pages of {self.page_size}")
+        _require(
+            need_size >= 0 and need_size % self.page_size == 0,
+            f"alloc size {need_size} is not a whole number of pages of {self.page_size}",
+        )
         pages_needed = need_size // self.page_size
         self._merge_if_short(pages_needed)
         if pages_needed > len(self.free_pages):
@@ -65,10 +67,14 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
     ) -> torch.Tensor | None:
         """Slots for positions `[prefix_len, seq_len)` of each request; None (free list intact) when short."""
         _check_batch(prefix_lens=prefix_lens, seq_lens=seq_lens, last_loc=last_loc)
-        _require(bool((prefix_lens >= 0).all()) and bool((seq_lens >= prefix_lens).all()),
-                 "every request needs 0 <= prefix_len <= seq_len")
-        _require(bool(((last_loc + 1) % self.page_size == prefix_lens % self.page_size).all()),
-                 "last_loc must be the prefix's last slot (-1 when the prefix is empty)")
+        _require(
+            bool((prefix_lens >= 0).all()) and bool((seq_lens >= prefix_lens).all()),
+            "every request needs 0 <= prefix_len <= seq_len",
+        )
+        _require(
+            bool(((last_loc + 1) % self.page_size == prefix_lens % self.page_size).all()),
+            "last_loc must be the prefix's last slot (-1 when the prefix is empty)",
+        )
         extend_num_tokens = int((seq_lens - prefix_lens).sum())
         # Over-estimates the pages needed by at most one per request, as upstream does, to merge rarely.
         self._merge_if_short(extend_num_tokens // self.page_size + len(seq_lens) + 1)
@@ -79,8 +85,10 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
         """One slot per request for its new token (`seq_lens` include it); None (free list intact) when short."""
         _check_batch(seq_lens=seq_lens, last_loc=last_loc)
         _require(bool((seq_lens >= 1).all()), "every decoding request has seq_len >= 1")
-        _require(bool(((last_loc + 2) % self.page_size == seq_lens % self.page_size).all()),
-                 "last_loc must be the slot of position seq_len - 2")
+        _require(
+            bool(((last_loc + 2) % self.page_size == seq_lens % self.page_size).all()),
+            "last_loc must be the slot of position seq_len - 2",
+        )
         self._merge_if_short(len(seq_lens))
         out = alloc_decode(seq_lens, last_loc, self.free_pages, self.page_size, self.backend)
         return self._take(num_new_pages(seq_lens - 1, seq_lens, self.page_size), out)

@@ -28,8 +28,10 @@ def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, specu
         return
     committed_len = kv.kv_committed_len
     # Upstream asserts this after the cache's finished path has freed; checked first so a refusal frees nothing.
-    _require(speculative or committed_len == kv.kv_allocated_len,
-             f"request {req.rid}: unexpected over-allocated KV [{committed_len}, {kv.kv_allocated_len})")
+    _require(
+        speculative or committed_len == kv.kv_allocated_len,
+        f"request {req.rid}: unexpected over-allocated KV [{committed_len}, {kv.kv_allocated_len})",
+    )
     if cache.faults.on("release_len_from_token_counts"):
         committed_len = _len_from_token_counts(req, cache, committed_len)
     cache.cache_finished_req(req, is_insert=is_insert, kv_len_to_handle=committed_len)
@@ -130,4 +132,3 @@ def reset_for_retract(req: Req) -> None:
     req.prefix_indices = req.prefix_indices.new_empty(0)
     req.last_node = None
     req.extend_range_end = 0
-

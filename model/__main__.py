@@ -52,8 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     prove = sub.add_parser("prove", help="settle every theorem and check the manifest")
     prove.add_argument("--only", action="append", metavar="THEOREM", help="settle only this theorem (repeatable)")
     prove.add_argument("--export-traces", type=Path, metavar="DIR", help="write each refuting trace to DIR")
-    prove.add_argument("--timeout", type=_positive, default=SOLVER_TIMEOUT_MS / 1000,
-                       help="solver timeout per query, seconds (an exceeded one is reported unknown)")
+    prove.add_argument(
+        "--timeout",
+        type=_positive,
+        default=SOLVER_TIMEOUT_MS / 1000,
+        help="solver timeout per query, seconds (an exceeded one is reported unknown)",
+    )
     prove.add_argument("--manifest", type=Path, default=MANIFEST, help="expected outcomes (JSON)")
     return parser
 

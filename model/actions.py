@@ -135,10 +135,25 @@ def _take_row(o: Any, p: Sizes, s: State, req: Any, row: Any, prefix: Any, seq: 
     """Hand `row` to `req`, lock its matched `prefix`, and give it fresh pages for `[prefix, seq)`."""
     new = ceil_align(o, p, seq) - prefix
     s = _set(o, s, row, row_held=True, row_owner=req, row_gen=_sel(o, s, "row_gen", row) + 1)
-    s = _set(o, s, req, rec_row=row, rec_P=prefix, rec_C=seq, rec_A=seq, rec_end=seq, rec_prompt=prompt,
-             rec_inflight=0, rec_locked=o.If(prefix > 0, 1, 0))
-    return s.but(n_free_rows=s.n_free_rows - 1, n_held_rows=s.n_held_rows + 1,
-                 n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
+    s = _set(
+        o,
+        s,
+        req,
+        rec_row=row,
+        rec_P=prefix,
+        rec_C=seq,
+        rec_A=seq,
+        rec_end=seq,
+        rec_prompt=prompt,
+        rec_inflight=0,
+        rec_locked=o.If(prefix > 0, 1, 0),
+    )
+    return s.but(
+        n_free_rows=s.n_free_rows - 1,
+        n_held_rows=s.n_held_rows + 1,
+        n_free_slots=s.n_free_slots - new,
+        owned_slots=s.owned_slots + new,
+    )
 
 
 def _grow(o: Any, p: Sizes, s: State, req: Any, seq: Any) -> State:
@@ -154,8 +169,11 @@ def _stash(o: Any, p: Sizes, s: State, req: Any, dup: Any) -> State:
     if not p.radix:
         return s
     P, key_len = _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req))
-    s = s.but(tree_slots=s.tree_slots + key_len - dup, n_free_slots=s.n_free_slots + dup - P,
-              owned_slots=s.owned_slots - (key_len - P))
+    s = s.but(
+        tree_slots=s.tree_slots + key_len - dup,
+        n_free_slots=s.n_free_slots + dup - P,
+        owned_slots=s.owned_slots - (key_len - P),
+    )
     return _set(o, s, req, rec_P=key_len, rec_locked=o.If(key_len > 0, 1, 0))
 
 
@@ -176,8 +194,11 @@ def _release(o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear
     C, row = _sel(o, s, "rec_C", req), _sel(o, s, "rec_row", req)
     owned = own_slots(o, p, s, req)
     cached = page_floor(o, p, C) - dup if (insert and p.radix) else 0
-    s = s.but(n_free_slots=s.n_free_slots + owned - cached, tree_slots=s.tree_slots + cached,
-              owned_slots=s.owned_slots - owned)
+    s = s.but(
+        n_free_slots=s.n_free_slots + owned - cached,
+        tree_slots=s.tree_slots + cached,
+        owned_slots=s.owned_slots - owned,
+    )
     s = _set(o, _return_row(o, s, row), req, rec_A=0, rec_locked=0)
     return _set(o, s, req, rec_row=0) if clear_row else s
 
@@ -191,8 +212,15 @@ def _reset_for_retract(o: Any, s: State, req: Any) -> State:
 # -- the actions -------------------------------------------------------------------------------------------
 
 # `family` names the prompt's token stream (requests of one family share prefixes); the model does not read it.
-ADMIT_PARAMS = (("req", "req"), ("prompt", "len"), ("n", "len"), ("family", "len"), ("prefix", "len"),
-                ("row", "row"), ("dup", "len"))
+ADMIT_PARAMS = (
+    ("req", "req"),
+    ("prompt", "len"),
+    ("n", "len"),
+    ("family", "len"),
+    ("prefix", "len"),
+    ("row", "row"),
+    ("dup", "len"),
+)
 
 
 def _seq(o: Any, start: Any, n: Any, prompt: Any) -> Any:
@@ -260,8 +288,9 @@ def _extend_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
 
 
-EXTEND = Action("extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update, _extend_choice_ok,
-                choice=("row", "dup"))
+EXTEND = Action(
+    "extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update, _extend_choice_ok, choice=("row", "dup")
+)
 EXTEND_LEGACY = dataclasses.replace(EXTEND, enabled=_extend_enabled(reuse_ok_legacy), fault="legacy_reuse_guard")
 
 
@@ -306,8 +335,7 @@ def _spec_prepare_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
-SPEC_PREPARE = Action("spec_prepare", (("req", "req"), ("reserve", "len")), _spec_prepare_enabled,
-                      _spec_prepare_update)
+SPEC_PREPARE = Action("spec_prepare", (("req", "req"), ("reserve", "len")), _spec_prepare_enabled, _spec_prepare_update)
 
 
 def _spec_commit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -317,7 +345,9 @@ def _spec_commit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
 
 
 SPEC_COMMIT = Action(
-    "spec_commit", (("req", "req"), ("accepted", "len")), _spec_commit_enabled,
+    "spec_commit",
+    (("req", "req"), ("accepted", "len")),
+    _spec_commit_enabled,
     lambda o, p, s, a: _set(o, s, a["req"], rec_C=_sel(o, s, "rec_C", a["req"]) + a["accepted"]),
 )
 
@@ -353,8 +383,14 @@ def _no_insert_update(clear_row: bool) -> Fn:
 
 
 REQ_ONLY = (("req", "req"),)
-FINISH = Action("finish", (("req", "req"), ("dup", "len")), _finish_enabled, _finish_update(True), _finish_choice_ok,
-                choice=("dup",))
+FINISH = Action(
+    "finish",
+    (("req", "req"), ("dup", "len")),
+    _finish_enabled,
+    _finish_update(True),
+    _finish_choice_ok,
+    choice=("dup",),
+)
 PP_RELEASE = Action("pp_release", REQ_ONLY, _release_enabled, _no_insert_update(True))
 FINISH_RAW = dataclasses.replace(FINISH, update=_finish_update(False), fault="raw_row_free")
 PP_RELEASE_RAW = dataclasses.replace(PP_RELEASE, update=_no_insert_update(False), fault="raw_row_free")
@@ -375,8 +411,12 @@ def manual_release_preconditions(o: Any, p: Sizes, s: State, req: Any) -> list[A
     return [P == 0, C == A, end == C, _sel(o, s, "rec_locked", req) == 0]
 
 
-MANUAL_PRECONDITIONS = ("cache_protected_len == 0", "kv_committed_len == kv_allocated_len",
-                        "kv_committed_len == extend_range.end", "last_node is None")
+MANUAL_PRECONDITIONS = (
+    "cache_protected_len == 0",
+    "kv_committed_len == kv_allocated_len",
+    "kv_committed_len == extend_range.end",
+    "last_node is None",
+)
 
 
 def _manual_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -414,8 +454,9 @@ def _abort_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
     return o.Implies(_status(o, s, a["req"]) == STATUS_DECODE, _finish_choice_ok(o, p, s, a))
 
 
-ABORT = Action("abort", (("req", "req"), ("dup", "len")), _abort_enabled, _abort_update, _abort_choice_ok,
-               choice=("dup",))
+ABORT = Action(
+    "abort", (("req", "req"), ("dup", "len")), _abort_enabled, _abort_update, _abort_choice_ok, choice=("dup",)
+)
 
 
 def _evict_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -424,14 +465,17 @@ def _evict_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
 
 
 EVICT = Action(
-    "evict", (("n", "len"), ("freed", "len")),
+    "evict",
+    (("n", "len"), ("freed", "len")),
     lambda o, p, s, a: a["n"] >= 1,  # a chunk cache evicts nothing, and says so
     lambda o, p, s, a: s.but(tree_slots=s.tree_slots - a["freed"], n_free_slots=s.n_free_slots + a["freed"]),
-    _evict_choice_ok, choice=("freed",),
+    _evict_choice_ok,
+    choice=("freed",),
 )
 
 FLUSH = Action(
-    "flush", (),
+    "flush",
+    (),
     lambda o, p, s, a: o.And(s.n_held_rows == 0, s.owned_slots == 0, s.n_active == 0),
     lambda o, p, s, a: s.but(tree_slots=0, n_free_slots=s.n_free_slots + s.tree_slots),
 )
@@ -449,8 +493,12 @@ def _prealloc_update(o: Any, p: Sizes, s: State, a: Args) -> State:
 
 
 PD_PREALLOC = Action(
-    "pd_prealloc", (("req", "req"), ("fill", "len"), ("row", "row")), _prealloc_enabled, _prealloc_update,
-    lambda o, p, s, a: row_free(o, p, s, a["row"]), choice=("row",),
+    "pd_prealloc",
+    (("req", "req"), ("fill", "len"), ("row", "row")),
+    _prealloc_enabled,
+    _prealloc_update,
+    lambda o, p, s, a: row_free(o, p, s, a["row"]),
+    choice=("row",),
 )
 
 
@@ -521,28 +569,55 @@ def _reuse_released_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
 
 
 REUSE_RELEASED = Action(
-    "reuse_released", (("req", "req"), ("row", "row"), ("n", "len")), _reuse_released_enabled(reuse_ok_record),
-    lambda o, p, s, a: s, negative=True,
+    "reuse_released",
+    (("req", "req"), ("row", "row"), ("n", "len")),
+    _reuse_released_enabled(reuse_ok_record),
+    lambda o, p, s, a: s,
+    negative=True,
 )
 REUSE_RELEASED_LEGACY = dataclasses.replace(
     REUSE_RELEASED, enabled=_reuse_released_enabled(reuse_ok_legacy), fault="legacy_reuse_guard"
 )
 RELEASE_AGAIN = Action(
-    "release_again", REQ_ONLY, lambda o, p, s, a: _releasable(o, p, s, a["req"]),
-    lambda o, p, s, a: _release(o, p, s, a["req"], False, 0), negative=True,
+    "release_again",
+    REQ_ONLY,
+    lambda o, p, s, a: _releasable(o, p, s, a["req"]),
+    lambda o, p, s, a: _release(o, p, s, a["req"], False, 0),
+    negative=True,
 )
 FREE_ROW = Action(
-    "free_row", REQ_ONLY, lambda o, p, s, a: holds(o, s, a["req"]),
+    "free_row",
+    REQ_ONLY,
+    lambda o, p, s, a: holds(o, s, a["req"]),
     lambda o, p, s, a: _set(o, _return_row(o, s, _sel(o, s, "rec_row", a["req"])), a["req"], rec_row=0),
     negative=True,
 )
 
 CONTRACT: tuple[Action, ...] = (
-    ADMIT, EXTEND, DECODE, SPEC_PREPARE, SPEC_COMMIT, FINISH, PP_RELEASE, PP_RELEASE_MANUAL, RETRACT, ABORT,
-    EVICT, FLUSH, PD_PREALLOC, OFFLOAD_RELEASE, REUSE_RELEASED, RELEASE_AGAIN, FREE_ROW,
+    ADMIT,
+    EXTEND,
+    DECODE,
+    SPEC_PREPARE,
+    SPEC_COMMIT,
+    FINISH,
+    PP_RELEASE,
+    PP_RELEASE_MANUAL,
+    RETRACT,
+    ABORT,
+    EVICT,
+    FLUSH,
+    PD_PREALLOC,
+    OFFLOAD_RELEASE,
+    REUSE_RELEASED,
+    RELEASE_AGAIN,
+    FREE_ROW,
 )
 VARIANTS: tuple[Action, ...] = (
-    EXTEND_LEGACY, FINISH_RAW, PP_RELEASE_RAW, REUSE_RELEASED_LEGACY, OFFLOAD_RELEASE_PRESENCE,
+    EXTEND_LEGACY,
+    FINISH_RAW,
+    PP_RELEASE_RAW,
+    REUSE_RELEASED_LEGACY,
+    OFFLOAD_RELEASE_PRESENCE,
 )
 MODELED_FAULTS = frozenset(v.fault for v in VARIANTS if v.fault)
 

@@ -43,8 +43,14 @@ class Model:
         s = self.state
         records = {
             rid: RecordObs(
-                s.rec_status.get(rid), s.rec_row.get(rid), s.rec_P.get(rid), s.rec_C.get(rid),
-                s.rec_A.get(rid), s.rec_inflight.get(rid), s.rec_end.get(rid), bool(s.rec_locked.get(rid)),
+                s.rec_status.get(rid),
+                s.rec_row.get(rid),
+                s.rec_P.get(rid),
+                s.rec_C.get(rid),
+                s.rec_A.get(rid),
+                s.rec_inflight.get(rid),
+                s.rec_end.get(rid),
+                bool(s.rec_locked.get(rid)),
             )
             for rid in self.known_requests()
         }

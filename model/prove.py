@@ -39,8 +39,9 @@ def symbolic_sizes(shape: Sizes) -> tuple[Sizes, list[Any]]:
     """Sizes as Z3 constants with their domain, keeping `shape`'s page size, cache and speculation: a proof
     over them holds for every pool size of that shape."""
     pages = z3.Int("token_pages")
-    sizes = Sizes(z3.Int("rows"), pages * shape.page_size, z3.Int("width"), shape.page_size, shape.radix,
-                  shape.speculative)
+    sizes = Sizes(
+        z3.Int("rows"), pages * shape.page_size, z3.Int("width"), shape.page_size, shape.radix, shape.speculative
+    )
     return sizes, [sizes.rows >= 1, pages >= 1, sizes.width >= 1]
 
 
@@ -90,7 +91,11 @@ def _skolems(sorts: tuple[str, ...], tag: str) -> list[Any]:
 
 
 def induction(
-    name: str, shape: Sizes, actions: list[Action], assumed: list[Any], target: Any,
+    name: str,
+    shape: Sizes,
+    actions: list[Action],
+    assumed: list[Any],
+    target: Any,
     timeout_ms: int = SOLVER_TIMEOUT_MS,
 ) -> Result:
     """Prove `target` holds initially and is preserved by every action, given all of `assumed` before the step."""
@@ -245,6 +250,7 @@ def _out_of_budget(name: str, depth: int, start: float) -> Result:
 
 def _grown(s: State, cells: int) -> State:
     """`s` with its record cells extended by unknown requests up to `cells` of them."""
+
     def grow(c: Cells) -> Cells:
         return Cells(c.items + [c.default] * (cells - len(c.items)), c.default)
 

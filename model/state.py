@@ -89,8 +89,15 @@ COUNTER_FIELDS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots", "
 def initial(o: Any, sizes: Sizes) -> State:
     """Every row free, no request known, every slot free, the tree empty."""
     arrays = {name: o.const_array(default) for name, default in ARRAY_FIELDS.items()}
-    return State(**arrays, n_free_rows=sizes.rows, n_held_rows=0, n_free_slots=sizes.tokens, owned_slots=0,
-                 tree_slots=0, n_active=0)
+    return State(
+        **arrays,
+        n_free_rows=sizes.rows,
+        n_held_rows=0,
+        n_free_slots=sizes.tokens,
+        owned_slots=0,
+        tree_slots=0,
+        n_active=0,
+    )
 
 
 def symbolic(name: str, cells: int = 0) -> State:

@@ -28,7 +28,11 @@ BMC_DEPTH = 8
 
 # Stated over the contract with the raw row free present: what the record-based guard alone must prevent.
 RECORD_GUARD_INVARIANTS = (
-    "row-exclusive", "live-row-owned", "row-held-by-owner", "released-unallocated", "never-admitted-empty",
+    "row-exclusive",
+    "live-row-owned",
+    "row-held-by-owner",
+    "released-unallocated",
+    "never-admitted-empty",
     "record-domain",
 )
 SYMBOLIC = [inv for inv in INVARIANTS if inv.symbolic is not None]
@@ -49,9 +53,17 @@ class Theorem:
 def trace_config(shape: str, faults: frozenset[str]) -> dict[str, Any]:
     """The counterexample-file config of a pool of this shape."""
     s = SHAPES[shape]
-    return {"target": "reference", "device": "cpu", "rows": s.rows, "tokens": s.tokens, "width": s.width,
-            "page_size": s.page_size, "cache": "radix" if s.radix else "chunk", "speculative": s.speculative,
-            "faults": sorted(faults)}
+    return {
+        "target": "reference",
+        "device": "cpu",
+        "rows": s.rows,
+        "tokens": s.tokens,
+        "width": s.width,
+        "page_size": s.page_size,
+        "cache": "radix" if s.radix else "chunk",
+        "speculative": s.speculative,
+        "faults": sorted(faults),
+    }
 
 
 def steps_of(faults: frozenset[str]) -> list[Any]:
@@ -154,8 +166,11 @@ def _diverges_without(dropped: int) -> Callable[[State, str], Any]:
         conds = manual_release_preconditions(Z3, sizes, s, req)
         kept = [c for k, c in enumerate(conds) if k not in COUPLED.get(dropped, {dropped})]
         manual, unified = _releases(sizes, s, req)
-        differ = z3.Or(manual.n_free_slots != unified.n_free_slots, manual.tree_slots != unified.tree_slots,
-                       Z3.select(manual.rec_locked, req) != Z3.select(unified.rec_locked, req))
+        differ = z3.Or(
+            manual.n_free_slots != unified.n_free_slots,
+            manual.tree_slots != unified.tree_slots,
+            Z3.select(manual.rec_locked, req) != Z3.select(unified.rec_locked, req),
+        )
         return z3.And(req >= 0, live(Z3, s, req), *kept, z3.Not(conds[dropped]), differ)
 
     return bad
@@ -172,11 +187,19 @@ def _divergence(dropped: int) -> Theorem:
     label = DIVERGENCE_LABELS[dropped]
 
     def run(name: str, timeout_ms: int) -> Result:
-        result = bmc(name, steps_of(frozenset()), SHAPES["radix"], _diverges_without(dropped), BMC_DEPTH,
-                     timeout_ms, final_step=_manual_release_of_witness)
+        result = bmc(
+            name,
+            steps_of(frozenset()),
+            SHAPES["radix"],
+            _diverges_without(dropped),
+            BMC_DEPTH,
+            timeout_ms,
+            final_step=_manual_release_of_witness,
+        )
         twins = sorted(COUPLED.get(dropped, {dropped}) - {dropped})
         result.detail = f"drops `{MANUAL_PRECONDITIONS[dropped]}`" + "".join(
-            f" (and with it `{MANUAL_PRECONDITIONS[k]}`: a protected prefix always holds a tree lock)" for k in twins)
+            f" (and with it `{MANUAL_PRECONDITIONS[k]}`: a protected prefix always holds a tree lock)" for k in twins
+        )
         if result.steps:
             result.detail += "; " + describe_divergence(result.steps)
         return result
@@ -231,8 +254,10 @@ def _sentinel_guard() -> Theorem:
         solver.add(z3.Or(z3.And(plain, z3.Not(owns_row(sizes, pre, req))), sentinel))
         return _verdict(name, solver, "the offload release acts on a record that does not own its row")
 
-    statement = ("with the raw guard `req_pool_idx is None or == -1`, the offload release acts only on a record that "
-                 "owns its row: one never given a row or already released (None) and one carrying -1 are refused")
+    statement = (
+        "with the raw guard `req_pool_idx is None or == -1`, the offload release acts only on a record that "
+        "owns its row: one never given a row or already released (None) and one carrying -1 are refused"
+    )
     return Theorem("sentinel-boundary:raw-guard", statement, "radix", frozenset(), run)
 
 
@@ -248,17 +273,22 @@ def _offload_equivalence(shape: str) -> Theorem:
         solver.add(z3.Not(offload_differs_only_by_prefix(offload, unified, req, Z3.select(pre.rec_P, req))))
         return _verdict(name, solver, "the offload release and release_kv_cache(is_insert=False) differ otherwise")
 
-    statement = ("on a decoding record that holds a row, the offload release leaves the pool as "
-                 "release_kv_cache(is_insert=False) does, except that with a protected prefix of P tokens it frees "
-                 "those P tree-held slots again and keeps the tree lock (equal when P == 0, where it is enabled)")
+    statement = (
+        "on a decoding record that holds a row, the offload release leaves the pool as "
+        "release_kv_cache(is_insert=False) does, except that with a protected prefix of P tokens it frees "
+        "those P tree-held slots again and keeps the tree lock (equal when P == 0, where it is enabled)"
+    )
     return Theorem(f"sentinel-boundary:release-equivalence@{shape}", statement, shape, frozenset(), run)
 
 
 def offload_differs_only_by_prefix(offload: State, unified: State, req: Any, protected: Any) -> Any:
     """Equal states, but for `protected` more free slots and `req`'s tree lock kept after the offload release."""
     kept = dataclasses.fields(State)
-    same = [getattr(offload, f.name) == getattr(unified, f.name) for f in kept
-            if f.name not in ("n_free_slots", "rec_locked")]
+    same = [
+        getattr(offload, f.name) == getattr(unified, f.name)
+        for f in kept
+        if f.name not in ("n_free_slots", "rec_locked")
+    ]
     locked = Z3.select(offload.rec_locked, req)
     lock = z3.And(offload.rec_locked == Z3.store(unified.rec_locked, req, locked), locked == z3.If(protected > 0, 1, 0))
     return z3.And(*same, offload.n_free_slots == unified.n_free_slots + protected, lock)
@@ -276,10 +306,13 @@ def _presence_guard() -> Theorem:
             result.detail = describe_sentinel_release(result.steps)
         return result
 
-    statement = ("with the presence check holds_kv (the same test as `req_pool_idx is None` alone) in place of the raw "
-                 "guard, a released record carrying -1 passes and the offload release frees its row and slots again")
-    return Theorem("sentinel-boundary:presence-guard", statement, "chunk", PRESENCE_FAULTS, run,
-                   violates="row-conservation")
+    statement = (
+        "with the presence check holds_kv (the same test as `req_pool_idx is None` alone) in place of the raw "
+        "guard, a released record carrying -1 passes and the offload release frees its row and slots again"
+    )
+    return Theorem(
+        "sentinel-boundary:presence-guard", statement, "chunk", PRESENCE_FAULTS, run, violates="row-conservation"
+    )
 
 
 def live_on_a_free_row(s: State, tag: str) -> Any:
@@ -294,8 +327,10 @@ def _raw_row_free_defeats_the_guard() -> Theorem:
     def run(name: str, timeout_ms: int) -> Result:
         return bmc(name, steps_of(faults), SHAPES["chunk"], live_on_a_free_row, BMC_DEPTH, timeout_ms)
 
-    statement = ("the raw guard reads only the field: after a raw row free leaves req_pool_idx set, the offload "
-                 "release passes and returns a row that another live request holds by then")
+    statement = (
+        "the raw guard reads only the field: after a raw row free leaves req_pool_idx set, the offload "
+        "release passes and returns a row that another live request holds by then"
+    )
     return Theorem("sentinel-boundary:raw-row-free", statement, "chunk", faults, run, violates="live-row-owned")
 
 
@@ -307,9 +342,11 @@ def describe_sentinel_release(steps: list[Step]) -> str:
     before, last = model.state, steps[-1]
     model.step(last.op, {**last.args, **last.choice})
     req, after = last.args["req"], model.state
-    return (f"request {req} was released; carrying req_pool_idx == {SENTINEL_ROW} it passes holds_kv, and the offload "
-            f"release frees {after.n_free_slots - before.n_free_slots} of its stale slots again and returns row "
-            f"{SENTINEL_ROW} to the free list ({after.n_free_rows} free rows in a {model.sizes.rows}-row pool)")
+    return (
+        f"request {req} was released; carrying req_pool_idx == {SENTINEL_ROW} it passes holds_kv, and the offload "
+        f"release frees {after.n_free_slots - before.n_free_slots} of its stale slots again and returns row "
+        f"{SENTINEL_ROW} to the free list ({after.n_free_rows} free rows in a {model.sizes.rows}-row pool)"
+    )
 
 
 THEOREMS: tuple[Theorem, ...] = (

@@ -158,8 +158,7 @@ def _length_order_check(snap: SnapshotLike) -> list[str]:
         f"request {rid}: lengths P={r.protected_len} C={r.committed_len} A={r.allocated_len} "
         f"break 0 <= P <= C <= A <= {snap.width}"
         for rid, r in snap.records.items()
-        if r.row is not None
-        and not 0 <= r.protected_len <= r.committed_len <= r.allocated_len <= snap.width
+        if r.row is not None and not 0 <= r.protected_len <= r.committed_len <= r.allocated_len <= snap.width
     ]
 
 
@@ -307,8 +306,10 @@ def _never_admitted_empty(o: Any, p: Any, s: Any, i: Term) -> Term:
     status = o.select(s.rec_status, i)
     fields = (s.rec_row, s.rec_P, s.rec_C, s.rec_A, s.rec_inflight, s.rec_end, s.rec_locked)
     empty = o.And(*[o.select(a, i) == 0 for a in fields])
-    return o.And(o.Implies(status == STATUS_NEW, o.And(empty, o.select(s.rec_prompt, i) == 0)),
-                 o.Implies(status == STATUS_WAITING, empty))
+    return o.And(
+        o.Implies(status == STATUS_NEW, o.And(empty, o.select(s.rec_prompt, i) == 0)),
+        o.Implies(status == STATUS_WAITING, empty),
+    )
 
 
 def _never_admitted_check(snap: SnapshotLike) -> list[str]:
@@ -381,12 +382,16 @@ def page_lists(snap: SnapshotLike) -> PageLists | None:
     if not snap.req_to_token.is_cpu or num_pages + sum(r.allocated_len for r in holding) > AUTO_ORACLE_LIMIT:
         return None
     table = snap.req_to_token.tolist()
-    rows = [(row, r.protected_len, r.allocated_len, table[row][: r.allocated_len]) for r in holding
-            if (row := r.row) is not None]
+    rows = [
+        (row, r.protected_len, r.allocated_len, table[row][: r.allocated_len])
+        for r in holding
+        if (row := r.row) is not None
+    ]
     tree_pages = sorted({slot // snap.page_size for slot in snap.tree_slots.tolist()})
     width = snap.req_to_token.shape[1]
-    return PageLists(rows, snap.free_slots.tolist(), snap.release_slots.tolist(), tree_pages, num_pages,
-                     snap.page_size, width)
+    return PageLists(
+        rows, snap.free_slots.tolist(), snap.release_slots.tolist(), tree_pages, num_pages, snap.page_size, width
+    )
 
 
 def _page_ownership_check(snap: SnapshotLike) -> list[str]:
@@ -395,8 +400,10 @@ def _page_ownership_check(snap: SnapshotLike) -> list[str]:
         result = check_pages(page_snapshot(snap), backend="auto") if lists is None else check_page_lists(lists)
     except ValueError as exc:
         return [f"the pool's tensors are malformed for the page check: {exc}"]
-    out = [f"page {v.page} {v.kind.replace('-', ' ')}: held by {', '.join(map(_owner_name, v.owners))}"
-           for v in result.violations]
+    out = [
+        f"page {v.page} {v.kind.replace('-', ' ')}: held by {', '.join(map(_owner_name, v.owners))}"
+        for v in result.violations
+    ]
     if result.conservation_gap_pages:
         out.append(f"free + tree + owned pages exceed the {result.num_pages} pages by {result.conservation_gap_pages}")
     return out
@@ -412,8 +419,10 @@ def _lock_holders_check(snap: SnapshotLike) -> list[str]:
     held = [rec.protected_len for rec in snap.records.values() if rec.tree_locked]
     low, high = max(held, default=0), sum(held)
     if not low <= snap.protected_recount <= high:
-        return [f"{snap.protected_recount} tree tokens are locked, but the {len(held)} lock holders' prefixes "
-                f"cover between {low} and {high}"]
+        return [
+            f"{snap.protected_recount} tree tokens are locked, but the {len(held)} lock holders' prefixes "
+            f"cover between {low} and {high}"
+        ]
     return []
 
 
@@ -426,48 +435,150 @@ def _tree_counters_check(snap: SnapshotLike) -> list[str]:
 
 
 INVARIANTS: tuple[Invariant, ...] = (
-    Invariant("kv-presence", "holds_kv <=> kv_allocated_len > 0 (release_kv_cache's entry sentinel)",
-              ("req",), _kv_presence, _kv_presence_check),
-    Invariant("row-owner", "a record that holds a row names a real row that is not free and is its own",
-              ("req",), _row_owner, _row_owner_check),
-    Invariant("row-held-by-owner", "a handed-out row is named by exactly the live record that owns it",
-              ("row",), _row_held_by_owner, _row_held_check),
-    Invariant("row-exclusive", "no row is held by two live records",
-              ("req", "req"), _row_exclusive, _row_exclusive_check),
-    Invariant("record-domain", "a record's status is known and its lengths are non-negative and within the row",
-              ("req",), _record_domain, _record_domain_check),
-    Invariant("live-holds", "a request the scheduler runs (prefill or decode) holds a row",
-              ("req",), _live_holds, _live_holds_check),
-    Invariant("prefill-shape", "between prefill chunks C == A == extend_range.end, short of the prompt",
-              ("req",), _prefill_shape, _prefill_shape_check),
-    Invariant("no-overallocation", "without speculative decoding a holding record has C == A",
-              ("req",), _no_overallocation, _no_overallocation_check),
-    Invariant("chunk-unprotected", "with a chunk cache (no tree) a holding record protects nothing: P == 0",
-              ("req",), _unprotected, _unprotected_check),
-    Invariant("protected-pages", "a holding record's protected prefix is a whole number of pages",
-              ("req",), _protected_pages, _protected_pages_check),
-    Invariant("lock-follows-prefix", "a record holds a tree lock exactly when it holds a row and protects a prefix",
-              ("req",), _lock_follows_prefix, _lock_follows_prefix_check),
-    Invariant("length-order", "a holding record has 0 <= P <= C <= A <= row width",
-              ("req",), _length_order, _length_order_check),
-    Invariant("live-row-owned", "a live record's row is handed out and owned by that record",
-              ("req",), _live_row_owned, _live_row_owned_check),
-    Invariant("released-unallocated", "a released record has kv_allocated_len == 0 and holds no tree lock",
-              ("req",), _released_unallocated, _released_unallocated_check),
-    Invariant("released-rowless", "a released record names no row (ReqToTokenPool.free cleared it)",
-              ("req",), _released_rowless, _released_rowless_check),
-    Invariant("never-admitted-empty", "a record never admitted, or retracted, has no row, lock or lengths",
-              ("req",), _never_admitted_empty, _never_admitted_check),
-    Invariant("row-conservation", "free rows + held rows == pool rows; no row freed twice",
-              (), _row_conservation, _row_conservation_check),
-    Invariant("token-conservation", "free + tree-owned + sum of holding records' ceil_align(A) - P == total slots",
-              (), _token_conservation, _token_conservation_check),
-    Invariant("page-ownership", "every page has one holder: free, the tree, or one record's own [P, A)",
-              (), None, _page_ownership_check),
-    Invariant("tree-counters", "the tree's evictable and protected counters equal a recount of its nodes",
-              (), None, _tree_counters_check),
-    Invariant("tree-lock-holders", "locked tree tokens are the union of the lock holders' protected prefixes: "
-              "at least the longest, at most their sum", (), None, _lock_holders_check),
+    Invariant(
+        "kv-presence",
+        "holds_kv <=> kv_allocated_len > 0 (release_kv_cache's entry sentinel)",
+        ("req",),
+        _kv_presence,
+        _kv_presence_check,
+    ),
+    Invariant(
+        "row-owner",
+        "a record that holds a row names a real row that is not free and is its own",
+        ("req",),
+        _row_owner,
+        _row_owner_check,
+    ),
+    Invariant(
+        "row-held-by-owner",
+        "a handed-out row is named by exactly the live record that owns it",
+        ("row",),
+        _row_held_by_owner,
+        _row_held_check,
+    ),
+    Invariant(
+        "row-exclusive", "no row is held by two live records", ("req", "req"), _row_exclusive, _row_exclusive_check
+    ),
+    Invariant(
+        "record-domain",
+        "a record's status is known and its lengths are non-negative and within the row",
+        ("req",),
+        _record_domain,
+        _record_domain_check,
+    ),
+    Invariant(
+        "live-holds",
+        "a request the scheduler runs (prefill or decode) holds a row",
+        ("req",),
+        _live_holds,
+        _live_holds_check,
+    ),
+    Invariant(
+        "prefill-shape",
+        "between prefill chunks C == A == extend_range.end, short of the prompt",
+        ("req",),
+        _prefill_shape,
+        _prefill_shape_check,
+    ),
+    Invariant(
+        "no-overallocation",
+        "without speculative decoding a holding record has C == A",
+        ("req",),
+        _no_overallocation,
+        _no_overallocation_check,
+    ),
+    Invariant(
+        "chunk-unprotected",
+        "with a chunk cache (no tree) a holding record protects nothing: P == 0",
+        ("req",),
+        _unprotected,
+        _unprotected_check,
+    ),
+    Invariant(
+        "protected-pages",
+        "a holding record's protected prefix is a whole number of pages",
+        ("req",),
+        _protected_pages,
+        _protected_pages_check,
+    ),
+    Invariant(
+        "lock-follows-prefix",
+        "a record holds a tree lock exactly when it holds a row and protects a prefix",
+        ("req",),
+        _lock_follows_prefix,
+        _lock_follows_prefix_check,
+    ),
+    Invariant(
+        "length-order",
+        "a holding record has 0 <= P <= C <= A <= row width",
+        ("req",),
+        _length_order,
+        _length_order_check,
+    ),
+    Invariant(
+        "live-row-owned",
+        "a live record's row is handed out and owned by that record",
+        ("req",),
+        _live_row_owned,
+        _live_row_owned_check,
+    ),
+    Invariant(
+        "released-unallocated",
+        "a released record has kv_allocated_len == 0 and holds no tree lock",
+        ("req",),
+        _released_unallocated,
+        _released_unallocated_check,
+    ),
+    Invariant(
+        "released-rowless",
+        "a released record names no row (ReqToTokenPool.free cleared it)",
+        ("req",),
+        _released_rowless,
+        _released_rowless_check,
+    ),
+    Invariant(
+        "never-admitted-empty",
+        "a record never admitted, or retracted, has no row, lock or lengths",
+        ("req",),
+        _never_admitted_empty,
+        _never_admitted_check,
+    ),
+    Invariant(
+        "row-conservation",
+        "free rows + held rows == pool rows; no row freed twice",
+        (),
+        _row_conservation,
+        _row_conservation_check,
+    ),
+    Invariant(
+        "token-conservation",
+        "free + tree-owned + sum of holding records' ceil_align(A) - P == total slots",
+        (),
+        _token_conservation,
+        _token_conservation_check,
+    ),
+    Invariant(
+        "page-ownership",
+        "every page has one holder: free, the tree, or one record's own [P, A)",
+        (),
+        None,
+        _page_ownership_check,
+    ),
+    Invariant(
+        "tree-counters",
+        "the tree's evictable and protected counters equal a recount of its nodes",
+        (),
+        None,
+        _tree_counters_check,
+    ),
+    Invariant(
+        "tree-lock-holders",
+        "locked tree tokens are the union of the lock holders' protected prefixes: "
+        "at least the longest, at most their sum",
+        (),
+        None,
+        _lock_holders_check,
+    ),
 )
 
 BY_ID = {inv.id: inv for inv in INVARIANTS}

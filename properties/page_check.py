@@ -184,8 +184,15 @@ class PageLists:
     def of(cls, snap: PageSnapshot) -> PageLists:
         records = zip(snap.live_rows.tolist(), snap.protected_lens.tolist(), snap.allocated_lens.tolist(), strict=True)
         rows = [(row, p, a, snap.req_to_token[row, :a].tolist()) for row, p, a in records]
-        return cls(rows, snap.free_pages.tolist(), snap.release_pages.tolist(), snap.tree_pages.tolist(),
-                   snap.num_pages, snap.page_size, snap.req_to_token.shape[1])
+        return cls(
+            rows,
+            snap.free_pages.tolist(),
+            snap.release_pages.tolist(),
+            snap.tree_pages.tolist(),
+            snap.num_pages,
+            snap.page_size,
+            snap.req_to_token.shape[1],
+        )
 
 
 def check_page_lists(lists: PageLists) -> PageCheckResult:

@@ -72,8 +72,17 @@ class SnapshotLike(Protocol):
 # A live request is in prefill (possibly between chunks) or decoding; only prefill extends again.
 # A retracted request waits with no KV (STATUS_WAITING); a request never admitted is unknown to the pool.
 STATUS_NEW, STATUS_PREFILL, STATUS_DONE, STATUS_DECODE, STATUS_WAITING = 0, 1, 2, 3, 4
-STATUS_CODES = {"running": STATUS_PREFILL, "finished": STATUS_DONE, "decoding": STATUS_DECODE,
-                "waiting": STATUS_WAITING}
-STATUS_NAMES = {STATUS_NEW: "new", STATUS_PREFILL: "prefill", STATUS_DONE: "released", STATUS_DECODE: "decoding",
-                STATUS_WAITING: "waiting"}
+STATUS_CODES = {
+    "running": STATUS_PREFILL,
+    "finished": STATUS_DONE,
+    "decoding": STATUS_DECODE,
+    "waiting": STATUS_WAITING,
+}
+STATUS_NAMES = {
+    STATUS_NEW: "new",
+    STATUS_PREFILL: "prefill",
+    STATUS_DONE: "released",
+    STATUS_DECODE: "decoding",
+    STATUS_WAITING: "waiting",
+}
 LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})

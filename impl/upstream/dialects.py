@@ -34,8 +34,10 @@ class UnsupportedUpstream(RuntimeError):
     """sglang is not installed here, or is a version the adapter does not speak."""
 
 
+@functools.cache
 def installed_version_or_none() -> str | None:
-    """The installed sglang version, or None when sglang is absent; reads package metadata only."""
+    """The installed sglang version, or None when sglang is absent; reads package metadata once per process
+    (parsing it costs about as much as building a pool)."""
     try:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:

@@ -30,6 +30,11 @@ STEPS: list[Step] = [
     ("decode req 0 (finished)", lambda p: p.decode(0), False),
     ("reuse_released req 0 on row 3 (stale row)", lambda p: p.reuse_released(0, 3, 2), False),
     ("pp_release req 1", lambda p: p.pp_release(1), True),
+    ("admit req 2, 3 tokens", lambda p: p.admit(2, 3), True),
+    ("flush (req 2 still running)", lambda p: p.flush(), False),
+    ("retract req 2", lambda p: p.retract(2), True),
+    ("abort req 2 (waiting)", lambda p: p.abort(2), True),
+    ("flush (idle)", lambda p: p.flush(), True),
 ]
 
 

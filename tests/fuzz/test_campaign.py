@@ -55,8 +55,14 @@ def _counterexamples(out: Path) -> list[Path]:
 def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_path: Path) -> None:
     out = tmp_path / "out"
     log = (tmp_path / "first.log").open("w")
-    proc = subprocess.Popen(_campaign(out, "--budget", "10m", "--workers", "1", "--fault", FAULT, "--seed", "1"),
-                            cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        _campaign(out, "--budget", "10m", "--workers", "1", "--fault", FAULT, "--seed", "1"),
+        cwd=ROOT,
+        env=_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 150
         while not _counterexamples(out) and proc.poll() is None and time.monotonic() < deadline:
@@ -69,8 +75,14 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     assert trace.failure is not None and trace.config["faults"] == [FAULT]
     assert fuzz_main(["replay", str(path)]) == 1
 
-    rerun = subprocess.run(_campaign(out, "--budget", "1s", "--workers", "1", "--fault", FAULT, "--seed", "2"),
-                           cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
+    rerun = subprocess.run(
+        _campaign(out, "--budget", "1s", "--workers", "1", "--fault", FAULT, "--seed", "2"),
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert rerun.returncode == 1, rerun.stdout + rerun.stderr
     lines = rerun.stdout.splitlines()
     resumed = next(i for i, line in enumerate(lines) if line.startswith("resume: re-checking 1 counterexamples"))
@@ -85,8 +97,19 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
 
 def test_a_failing_step_is_on_disk_before_the_shrink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hypothesis_engine, "MAX_SHRINKING_SECONDS", 2)
-    plan = Plan(1.0, 1, (1, 1), 3, "reference", (FAULT,), tmp_path / "db", tmp_path / "out", 50,
-                tuple(configurations(["chunk-p1"], ["all"])), "test")
+    plan = Plan(
+        1.0,
+        1,
+        (1, 1),
+        3,
+        "reference",
+        (FAULT,),
+        tmp_path / "db",
+        tmp_path / "out",
+        50,
+        tuple(configurations(["chunk-p1"], ["all"])),
+        "test",
+    )
     seen: list[Trace] = []
     result = run_unit(plan, 0, 0, 50, lambda recorder: None, lambda path: seen.append(load_trace(path, None)))
     assert len(seen) == 1 and seen[0].meta["shrunk"] is False and seen[0].failure is not None
@@ -98,8 +121,12 @@ def test_a_failing_step_is_on_disk_before_the_shrink(tmp_path: Path, monkeypatch
 def test_shards_and_workers_never_share_a_seed() -> None:
     for workers in (1, 2, 3):
         for shards in (1, 2, 4):
-            seeds = [unit_seed(1000, k, w, workers, shard, shards)
-                     for k in range(200) for w in range(workers) for shard in range(1, shards + 1)]
+            seeds = [
+                unit_seed(1000, k, w, workers, shard, shards)
+                for k in range(200)
+                for w in range(workers)
+                for shard in range(1, shards + 1)
+            ]
             assert len(set(seeds)) == len(seeds)
             assert min(seeds) == 1000 and max(seeds) == 1000 + len(seeds) - 1  # the seed space, densely
 
@@ -113,10 +140,29 @@ def test_every_worker_rotates_through_every_configuration() -> None:
 
 
 def test_two_shards_run_disjoint_seeds_and_write_the_report(tmp_path: Path) -> None:
-    procs = {shard: subprocess.Popen(
-        _campaign(tmp_path / shard, "--budget", "1s", "--workers", "2", "--examples", "2", "--seed", "500",
-                  "--shard", f"{shard}/2"),
-        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for shard in ("1", "2")}
+    procs = {
+        shard: subprocess.Popen(
+            _campaign(
+                tmp_path / shard,
+                "--budget",
+                "1s",
+                "--workers",
+                "2",
+                "--examples",
+                "2",
+                "--seed",
+                "500",
+                "--shard",
+                f"{shard}/2",
+            ),
+            cwd=ROOT,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for shard in ("1", "2")
+    }
     outputs = {shard: proc.communicate(timeout=240)[0] for shard, proc in procs.items()}
     seeds = {}
     for shard, proc in procs.items():
@@ -158,11 +204,29 @@ def test_identical_failures_group_once_with_a_count() -> None:
 def test_a_false_alarm_heads_the_report() -> None:
     groups: dict[Any, Any] = {}
     add_finding(groups, "d.json", _trace(["admit", "finish"], []))
-    report = {"exit_code": 1, "groups": [{**vars(g), "false_alarm": g.false_alarm, "replay": "r", "regression": "t"}
-                                         for g in groups.values()],
-              "commit": "c", "seed_base": 0, "shard": "1/1", "workers": 1, "target": "reference", "faults": [],
-              "budget_s": 1.0, "elapsed_s": 1.0, "units": [], "examples_per_unit": 1, "steps": 0, "steps_per_s": 0.0,
-              "rerun": "x", "per_worker": [], "crashed": {}, "rechecked": [], "corners": {}}
+    report = {
+        "exit_code": 1,
+        "groups": [
+            {**vars(g), "false_alarm": g.false_alarm, "replay": "r", "regression": "t"} for g in groups.values()
+        ],
+        "commit": "c",
+        "seed_base": 0,
+        "shard": "1/1",
+        "workers": 1,
+        "target": "reference",
+        "faults": [],
+        "budget_s": 1.0,
+        "elapsed_s": 1.0,
+        "units": [],
+        "examples_per_unit": 1,
+        "steps": 0,
+        "steps_per_s": 0.0,
+        "rerun": "x",
+        "per_worker": [],
+        "crashed": {},
+        "rechecked": [],
+        "corners": {},
+    }
     lines = markdown(report).splitlines()
     assert lines[0] == "# Fuzz campaign: 1 counterexamples in 1 groups"
     assert lines[2].startswith("**FALSE ALARM: 1 findings")
@@ -174,8 +238,19 @@ def _crashing_worker(plan: Plan, worker: int, queue: Any, deadline: float) -> No
 
 
 def test_a_crashed_worker_fails_the_campaign(tmp_path: Path) -> None:
-    plan = Plan(1.0, 1, (1, 1), 0, "reference", (), tmp_path / "db", tmp_path / "out", 1,
-                tuple(configurations(sorted(POOLS), SWARMS)), "test")
+    plan = Plan(
+        1.0,
+        1,
+        (1, 1),
+        0,
+        "reference",
+        (),
+        tmp_path / "db",
+        tmp_path / "out",
+        1,
+        tuple(configurations(sorted(POOLS), SWARMS)),
+        "test",
+    )
     with open(os.devnull, "w") as sink:
         result = run_campaign(plan, out=sink, worker=_crashing_worker)
     assert result.exit_code == EXIT_FAILED
@@ -183,8 +258,17 @@ def test_a_crashed_worker_fails_the_campaign(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "report.md").read_text().startswith("# Fuzz campaign: failed (1 workers crashed)")
 
 
-@pytest.mark.parametrize("flags", [["--budget", "5x"], ["--budget", "0s"], ["--budget", "1m", "--shard", "3/2"],
-                                   ["--budget", "1m", "--workers", "0"], ["--budget", "1m", "--fault", "nope"], []])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--budget", "5x"],
+        ["--budget", "0s"],
+        ["--budget", "1m", "--shard", "3/2"],
+        ["--budget", "1m", "--workers", "0"],
+        ["--budget", "1m", "--fault", "nope"],
+        [],
+    ],
+)
 def test_bad_flags_exit_2_with_one_line(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         fuzz_main(["campaign", *flags])

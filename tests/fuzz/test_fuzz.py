@@ -68,14 +68,23 @@ BAD_FILES = {
     "invalid.json": b"{",
     "format.json": json.dumps({"format": "other", "version": 1}).encode(),
     "version.json": json.dumps({"format": "kvlife-trace", "version": 99}).encode(),
-    "op.json": json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "faults": []},
-                           "steps": [{"op": "rm_rf", "args": {}}]}).encode(),
-    "absurd.json": json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "rows": 10**9},
-                               "steps": []}).encode(),
-    "unbuildable.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
-                                    "config": {**DEFAULT_POOL, "page_size": 3, "faults": []}}).encode(),
-    "badfault.json": json.dumps({"format": "kvlife-trace", "version": 1, "steps": [],
-                                 "config": {**DEFAULT_POOL, "faults": ["no_such_fault"]}}).encode(),
+    "op.json": json.dumps(
+        {
+            "format": "kvlife-trace",
+            "version": 1,
+            "config": {**DEFAULT_POOL, "faults": []},
+            "steps": [{"op": "rm_rf", "args": {}}],
+        }
+    ).encode(),
+    "absurd.json": json.dumps(
+        {"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "rows": 10**9}, "steps": []}
+    ).encode(),
+    "unbuildable.json": json.dumps(
+        {"format": "kvlife-trace", "version": 1, "steps": [], "config": {**DEFAULT_POOL, "page_size": 3, "faults": []}}
+    ).encode(),
+    "badfault.json": json.dumps(
+        {"format": "kvlife-trace", "version": 1, "steps": [], "config": {**DEFAULT_POOL, "faults": ["no_such_fault"]}}
+    ).encode(),
 }
 
 

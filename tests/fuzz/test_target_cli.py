@@ -25,23 +25,36 @@ no_sglang = pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, r
 
 
 def _fuzz(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "fuzz", *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "fuzz", *argv], capture_output=True, text=True, cwd=ROOT, timeout=300, check=False
+    )
 
 
 def _trace(tmp_path: Path) -> Path:
     path = tmp_path / "trace.json"
     steps = [{"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}}]
-    path.write_text(json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "faults": []},
-                                "seed": None, "steps": steps}))
+    path.write_text(
+        json.dumps(
+            {
+                "format": "kvlife-trace",
+                "version": 1,
+                "config": {**DEFAULT_POOL, "faults": []},
+                "seed": None,
+                "steps": steps,
+            }
+        )
+    )
     return path
 
 
 @no_sglang
-@pytest.mark.parametrize("argv", [
-    ("run", "--profile", "ci", "--target", "sglang"),
-    ("replay", "{trace}", "--target", "sglang"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("run", "--profile", "ci", "--target", "sglang"),
+        ("replay", "{trace}", "--target", "sglang"),
+    ],
+)
 def test_sglang_target_without_sglang_is_one_line_exit_2(tmp_path: Path, argv: tuple[str, ...]) -> None:
     done = _fuzz(*(arg.format(trace=_trace(tmp_path)) for arg in argv))
     assert done.returncode == 2, done.stdout + done.stderr
@@ -55,7 +68,8 @@ def test_faults_on_the_sglang_target_are_refused_in_one_line() -> None:
     done = _fuzz("run", "--profile", "ci", "--target", "sglang", "--fault", "legacy_reuse_guard")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "fuzz run: faults are not supported on the upstream target (asked for legacy_reuse_guard)"]
+        "fuzz run: faults are not supported on the upstream target (asked for legacy_reuse_guard)"
+    ]
 
 
 def test_mutants_on_sglang_refuses_fault_selection() -> None:
@@ -70,10 +84,21 @@ def test_replay_of_an_op_the_target_lacks_is_exit_2(tmp_path: Path, monkeypatch:
         OPS = frozenset({"admit"})
 
     path = tmp_path / "trace.json"
-    steps = [{"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}},
-             {"op": "decode", "args": {"req": 0}, "choice": {}}]
-    path.write_text(json.dumps({"format": "kvlife-trace", "version": 1, "config": {**DEFAULT_POOL, "faults": []},
-                                "seed": None, "steps": steps}))
+    steps = [
+        {"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}},
+        {"op": "decode", "args": {"req": 0}, "choice": {}},
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "format": "kvlife-trace",
+                "version": 1,
+                "config": {**DEFAULT_POOL, "faults": []},
+                "seed": None,
+                "steps": steps,
+            }
+        )
+    )
     monkeypatch.setitem(fuzz.lockstep.TARGETS, "reference", lambda: AdmitOnly)
     from fuzz.__main__ import main
 
@@ -104,8 +129,14 @@ def test_machine_draws_only_the_targets_ops(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_excluded_ops_are_never_drawn(tmp_path: Path) -> None:
-    result = run({**DEFAULT_POOL, "faults": []}, QUICK, None, tmp_path / "ce", tmp_path / "db",
-                 exclude=frozenset({"reuse_released", "finish"}))
+    result = run(
+        {**DEFAULT_POOL, "faults": []},
+        QUICK,
+        None,
+        tmp_path / "ce",
+        tmp_path / "db",
+        exclude=frozenset({"reuse_released", "finish"}),
+    )
     assert result.ops.keys().isdisjoint({"reuse_released", "finish"})
     assert "pp_release" in result.ops
 
@@ -128,11 +159,14 @@ def test_the_findings_manifest_loads_and_each_replay_names_its_failure() -> None
         assert trace.config["faults"] == []
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    ({"triage": "maybe"}, "triage must be one of"),
-    ({"replay": "upstream/findings/missing.json"}, "does not exist"),
-    ({"expect": None}, "lacks or mistypes"),
-])
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"triage": "maybe"}, "triage must be one of"),
+        ({"replay": "upstream/findings/missing.json"}, "does not exist"),
+        ({"expect": None}, "lacks or mistypes"),
+    ],
+)
 def test_a_malformed_finding_is_refused_in_one_line(tmp_path: Path, change: dict[str, object], reason: str) -> None:
     doc = json.loads((ROOT / "upstream" / "findings.json").read_text())
     doc["findings"][0].update(change)

@@ -3,6 +3,7 @@ a `copy.deepcopy` of the pool, and share nothing mutable with the original."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -12,8 +13,7 @@ from hypothesis import strategies as st
 
 from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
 
-OPS = ["admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "retract", "abort", "pp_release",
-       "evict"]
+OPS = ["admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "retract", "abort", "pp_release", "evict"]
 op_lists = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(1, 12)), max_size=25)
 
 
@@ -25,27 +25,34 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "spec_commit": lambda: pool.spec_commit(rid, n % 4 + 1),
         "evict": lambda: pool.evict(n),
     }
-    try:
+    with contextlib.suppress(Refused):
         calls.get(op, lambda: getattr(pool, op)(rid))()
-    except Refused:
-        pass
 
 
 def _state(snap: PoolSnapshot) -> tuple[Any, ...]:
-    return (snap.free_rows, snap.row_generation, snap.records, snap.row_slots, snap.free_slots.tolist(),
-            snap.release_slots.tolist(), snap.tree_slots.tolist(), snap.evictable_size, snap.protected_size,
-            snap.req_to_token.tolist())
+    return (
+        snap.free_rows,
+        snap.row_generation,
+        snap.records,
+        snap.row_slots,
+        snap.free_slots.tolist(),
+        snap.release_slots.tolist(),
+        snap.tree_slots.tolist(),
+        snap.evictable_size,
+        snap.protected_size,
+        snap.req_to_token.tolist(),
+    )
 
 
 def _pool(page_size: int) -> ReferencePool:
-    return ReferencePool(PoolConfig(rows=4, tokens=64, width=32, page_size=page_size, cache="radix",
-                                    speculative=True))
+    return ReferencePool(PoolConfig(rows=4, tokens=64, width=32, page_size=page_size, cache="radix", speculative=True))
 
 
 @settings(max_examples=40, deadline=None)
 @given(page_size=st.sampled_from([1, 4]), before=op_lists, after=op_lists)
-def test_a_clone_behaves_as_a_deepcopy_and_leaves_the_original_alone(page_size: int, before: list[Any],
-                                                                     after: list[Any]) -> None:
+def test_a_clone_behaves_as_a_deepcopy_and_leaves_the_original_alone(
+    page_size: int, before: list[Any], after: list[Any]
+) -> None:
     pool = _pool(page_size)
     for step in before:
         _apply(pool, *step)

@@ -62,13 +62,18 @@ def page_problems(snap: PoolSnapshot) -> list[str]:
         slots = snap.row_slots[rid]
         for page in {slot // ps for slot in slots[rec.protected_len : rec.allocated_len]}:
             holders.setdefault(page, []).append(f"request {rid}")
-        problems += [f"request {rid} prefix reads page {s // ps}, not the tree's"
-                     for s in slots[: rec.protected_len] if s // ps not in tree]
+        problems += [
+            f"request {rid} prefix reads page {s // ps}, not the tree's"
+            for s in slots[: rec.protected_len]
+            if s // ps not in tree
+        ]
     problems += [f"page {page} held by nobody" for page, who in holders.items() if page and not who]
     problems += [f"page {page} held by {who}" for page, who in holders.items() if len(who) > 1 or (who and not page)]
     if (snap.evictable_size, snap.protected_size) != (snap.evictable_recount, snap.protected_recount):
-        problems.append(f"tree counters {snap.evictable_size}/{snap.protected_size} != recount "
-                        f"{snap.evictable_recount}/{snap.protected_recount}")
+        problems.append(
+            f"tree counters {snap.evictable_size}/{snap.protected_size} != recount "
+            f"{snap.evictable_recount}/{snap.protected_recount}"
+        )
     return problems
 
 
@@ -707,7 +712,9 @@ def compare_cuda_with_cpu(backend: str) -> None:
 def test_the_same_run_on_cuda_matches_cpu(backend: str) -> None:
     # This process may already hold interpreted kernels, so the compiled ones run in a fresh one.
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = (f"import sys; sys.path[:0] = [{str(REPO_ROOT)!r}, {str(Path(__file__).parent)!r}]; "
-              f"import test_flows; test_flows.compare_cuda_with_cpu({backend!r})")
+    script = (
+        f"import sys; sys.path[:0] = [{str(REPO_ROOT)!r}, {str(Path(__file__).parent)!r}]; "
+        f"import test_flows; test_flows.compare_cuda_with_cpu({backend!r})"
+    )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

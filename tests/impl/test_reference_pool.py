@@ -74,8 +74,18 @@ def test_rows_are_handed_out_lifo() -> None:
         (lambda p: (p.admit(0, 2), p.finish(0)), lambda p: p.reuse_released(0, 4, 1)),
         (lambda p: (p.admit(0, 32),), lambda p: p.decode(0)),
     ],
-    ids=["admit-twice", "past-width", "no-row", "no-slots", "decode-then-extend", "finish-twice",
-         "release-twice", "free-row-twice", "reuse-released", "decode-past-width"],
+    ids=[
+        "admit-twice",
+        "past-width",
+        "no-row",
+        "no-slots",
+        "decode-then-extend",
+        "finish-twice",
+        "release-twice",
+        "free-row-twice",
+        "reuse-released",
+        "decode-past-width",
+    ],
 )
 def test_forbidden_calls_are_refused_and_change_nothing(setup, call) -> None:  # type: ignore[no-untyped-def]
     pool = _pool()
@@ -114,9 +124,17 @@ def test_manual_pp_release_matches_release_kv_cache_here() -> None:
 
 def test_pool_config_rejects_what_it_cannot_build() -> None:
     bad_configs = (
-        {"rows": 0}, {"tokens": 1 << 30}, {"page_size": 3}, {"page_size": 128}, {"page_size": 4, "tokens": 66},
-        {"cache": "lru"}, {"device": "tpu"}, {"row_pool": "beam"}, {"pre_alloc_size": 2},
-        {"row_pool": "decode", "pre_alloc_size": -1}, {"kernel_backend": "cuda-graph"},
+        {"rows": 0},
+        {"tokens": 1 << 30},
+        {"page_size": 3},
+        {"page_size": 128},
+        {"page_size": 4, "tokens": 66},
+        {"cache": "lru"},
+        {"device": "tpu"},
+        {"row_pool": "beam"},
+        {"pre_alloc_size": 2},
+        {"row_pool": "decode", "pre_alloc_size": -1},
+        {"kernel_backend": "cuda-graph"},
     )
     for bad in bad_configs:
         with pytest.raises(ValueError):

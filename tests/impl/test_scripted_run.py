@@ -34,8 +34,11 @@ class Script:
     def _pick(self, pool: ReferencePool, *statuses: ReqStatus, drafts: bool | None = None) -> int:
         """A request in one of `statuses` (with or without draft slots `[C, A)` when `drafts` says), or now and
         then any id (the call may then be refused)."""
-        fitting = [rid for rid, r in pool.reqs.items() if r.status in statuses
-                   and drafts in (None, r.kv.kv_allocated_len > r.kv.kv_committed_len)]
+        fitting = [
+            rid
+            for rid, r in pool.reqs.items()
+            if r.status in statuses and drafts in (None, r.kv.kv_allocated_len > r.kv.kv_committed_len)
+        ]
         if fitting and self.rng.random() < 0.9:
             return self.rng.choice(fitting)
         return self.rng.randrange(self.next_rid + 1)
@@ -98,8 +101,16 @@ class Script:
 
 # Relative frequencies: mostly growth and decoding, releases often enough that rows and pages cycle.
 _WEIGHTS = {
-    "admit": 12, "extend": 10, "decode": 20, "spec_prepare": 6, "spec_commit": 6, "release": 20, "evict": 3,
-    "flush": 1, "pd_prealloc": 3, "forbidden": 4,
+    "admit": 12,
+    "extend": 10,
+    "decode": 20,
+    "spec_prepare": 6,
+    "spec_commit": 6,
+    "release": 20,
+    "evict": 3,
+    "flush": 1,
+    "pd_prealloc": 3,
+    "forbidden": 4,
 }
 DRAIN_EVERY = 500  # steps between moments where everything is released, checked idle-clean and flushed
 

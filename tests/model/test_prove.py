@@ -121,8 +121,9 @@ def _with_offload(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
     monkeypatch.setattr(theorems, "actions_for", table)
 
 
-@pytest.mark.parametrize("guard", [offload_guard_presence, lambda o, row: row != SENTINEL_ROW],
-                         ids=["holds_kv", "sentinel-only"])
+@pytest.mark.parametrize(
+    "guard", [offload_guard_presence, lambda o, row: row != SENTINEL_ROW], ids=["holds_kv", "sentinel-only"]
+)
 def test_a_weaker_offload_guard_refutes_the_raw_guard_theorem(monkeypatch: pytest.MonkeyPatch, guard: object) -> None:
     name = "sentinel-boundary:raw-guard"
     assert _theorem(name).run(name, 30_000).outcome == "proved"
@@ -142,8 +143,9 @@ def test_an_offload_release_that_skips_the_over_allocation_is_caught(monkeypatch
     assert _theorem(name).run(name, 30_000).outcome == "refuted"
 
 
-def test_the_presence_guard_trace_replays_only_with_its_fault(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_presence_guard_trace_replays_only_with_its_fault(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     name = "sentinel-boundary:presence-guard"
     assert prove_main(["prove", "--only", name, "--export-traces", str(tmp_path)]) == 0
     trace = tmp_path / "sentinel-boundary_presence-guard.json"

@@ -11,12 +11,23 @@ from model.trace import Failure, Step, Trace, TraceError, dump, load, parse
 
 ADMIT_ARGS = {"req": 0, "prompt": 3, "n": 3, "family": 0, "prefix": 0}
 GOOD = {
-    "format": "kvlife-trace", "version": 1,
-    "config": {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 1,
-               "cache": "chunk", "faults": []},
+    "format": "kvlife-trace",
+    "version": 1,
+    "config": {
+        "target": "reference",
+        "device": "cpu",
+        "rows": 4,
+        "tokens": 64,
+        "width": 32,
+        "page_size": 1,
+        "cache": "chunk",
+        "faults": [],
+    },
     "seed": 1,
-    "steps": [{"op": "admit", "args": ADMIT_ARGS, "choice": {"row": 4, "dup": 0}},
-              {"op": "finish", "args": {"req": 0}, "choice": {"dup": 0}}],
+    "steps": [
+        {"op": "admit", "args": ADMIT_ARGS, "choice": {"row": 4, "dup": 0}},
+        {"op": "finish", "args": {"req": 0}, "choice": {"dup": 0}},
+    ],
     "failure": {"step": 1, "kind": "invariant", "id": "row-exclusive", "message": "m"},
 }
 
@@ -85,8 +96,13 @@ def test_missing_file_is_a_trace_error(tmp_path: Path) -> None:
 
 
 def test_round_trip(tmp_path: Path) -> None:
-    trace = Trace(GOOD["config"], 7, [Step("admit", ADMIT_ARGS, {"row": 4, "dup": 0})],  # type: ignore[arg-type]
-                  Failure(0, "invariant", "x", "y"), {"source": "test"})
+    trace = Trace(
+        GOOD["config"],
+        7,
+        [Step("admit", ADMIT_ARGS, {"row": 4, "dup": 0})],  # type: ignore[arg-type]
+        Failure(0, "invariant", "x", "y"),
+        {"source": "test"},
+    )
     dump(trace, tmp_path / "t.json")
     assert load(tmp_path / "t.json") == trace
     assert not list(tmp_path.glob(".*tmp"))

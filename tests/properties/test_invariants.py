@@ -55,8 +55,10 @@ PLANTED: dict[str, tuple[str, Plant]] = {
     "never-admitted-empty": ("chunk", lambda s: _rec(s, 2, status="waiting", row=1, allocated_len=1)),
     "row-conservation": ("chunk", lambda s: dataclasses.replace(s, free_rows=[*s.free_rows, s.free_rows[0]])),
     "token-conservation": ("chunk", lambda s: dataclasses.replace(s, free_slots=s.free_slots[1:])),
-    "page-ownership": ("chunk", lambda s: dataclasses.replace(
-        s, free_slots=torch.cat((s.free_slots, torch.tensor([s.row_slots[0][0]]))))),
+    "page-ownership": (
+        "chunk",
+        lambda s: dataclasses.replace(s, free_slots=torch.cat((s.free_slots, torch.tensor([s.row_slots[0][0]])))),
+    ),
     "tree-counters": ("radix", lambda s: dataclasses.replace(s, evictable_size=s.evictable_size + 4)),
     "tree-lock-holders": ("radix", lambda s: dataclasses.replace(s, protected_recount=s.protected_recount + 4)),
 }
@@ -89,9 +91,24 @@ def test_messages_name_the_request_and_row() -> None:
 
 
 STEP = st.tuples(
-    st.sampled_from(["admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "retract", "abort",
-                     "pp_release", "evict", "pd_prealloc"]),
-    st.integers(0, 3), st.integers(1, 12), st.integers(1, 12),
+    st.sampled_from(
+        [
+            "admit",
+            "extend",
+            "decode",
+            "spec_prepare",
+            "spec_commit",
+            "finish",
+            "retract",
+            "abort",
+            "pp_release",
+            "evict",
+            "pd_prealloc",
+        ]
+    ),
+    st.integers(0, 3),
+    st.integers(1, 12),
+    st.integers(1, 12),
 )
 
 

@@ -418,9 +418,24 @@ def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
 
 
 def test_ops_lists_exactly_the_calls_the_target_defines() -> None:
-    lockstep_ops = {"admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "pp_release",
-                    "pp_release_manual", "retract", "abort", "evict", "flush", "pd_prealloc", "reuse_released",
-                    "release_again", "free_row"}
+    lockstep_ops = {
+        "admit",
+        "extend",
+        "decode",
+        "spec_prepare",
+        "spec_commit",
+        "finish",
+        "pp_release",
+        "pp_release_manual",
+        "retract",
+        "abort",
+        "evict",
+        "flush",
+        "pd_prealloc",
+        "reuse_released",
+        "release_again",
+        "free_row",
+    }
     assert lockstep_ops >= SglangPool.OPS
     assert all(callable(getattr(SglangPool, op, None)) for op in SglangPool.OPS)
     assert not any(hasattr(SglangPool, op) for op in lockstep_ops - SglangPool.OPS)
@@ -468,8 +483,21 @@ ALL_OPS = st.builds(
     st.lists(
         st.builds(
             _any_op,
-            st.sampled_from(["admit", "extend", "decode", "decode", "finish", "pp_release", "release_again",
-                             "retract", "abort", "abort", "flush"]),
+            st.sampled_from(
+                [
+                    "admit",
+                    "extend",
+                    "decode",
+                    "decode",
+                    "finish",
+                    "pp_release",
+                    "release_again",
+                    "retract",
+                    "abort",
+                    "abort",
+                    "flush",
+                ]
+            ),
             st.integers(0, 3),
             st.integers(1, 9),
             st.none() | st.integers(1, 16),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,13 @@ from impl.upstream.target import SglangPool
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _fresh_version_cache() -> Iterator[None]:
+    """Forget the version read under a faked package lookup, so no other test sees it."""
+    yield
+    dialects.installed_version_or_none.cache_clear()
+
+
 def _version_is(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
     def fake(name: str) -> str:
         assert name == "sglang"
@@ -26,6 +34,7 @@ def _version_is(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
         return version
 
     monkeypatch.setattr(dialects.importlib.metadata, "version", fake)
+    dialects.installed_version_or_none.cache_clear()
 
 
 def test_missing_sglang_names_the_setup_target(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,10 +51,13 @@ def test_stale_row_reuse_is_a_0518_finding() -> None:
     assert (stale.expect_kind, stale.expect_id) == ("accepted-forbidden", "reuse_released")
 
 
-@pytest.mark.parametrize("change", [
-    {"expect_kind": "invariant"},  # the recorded failure kind is wrong
-    {"expect_id": "release_again"},  # the recorded failing op is wrong
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"expect_kind": "invariant"},  # the recorded failure kind is wrong
+        {"expect_id": "release_again"},  # the recorded failing op is wrong
+    ],
+)
 def test_an_altered_expectation_fails_the_checker(change: dict[str, Any]) -> None:
     altered = [replace(f, versions=(_version(),), **change) for f in load_findings(FINDINGS)]
     report = _check(altered)
