@@ -22,7 +22,7 @@ from pathlib import Path
 from fuzz.campaign import add_parser as add_campaign_parser
 from fuzz.campaign import cli as campaign_cli
 from fuzz.emit import REGRESSIONS, emit
-from fuzz.lockstep import target_problem
+from fuzz.lockstep import retarget, target_problem
 from fuzz.machine import SWARMS
 from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
 from fuzz.mutants import cli as mutants_cli
@@ -133,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         seed = int.from_bytes(__import__("os").urandom(4), "little")
     config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
     if args.target:
-        config["target"] = args.target
+        config = retarget(config, args.target)
     problem = target_problem(config)
     if problem:
         print(f"fuzz run: {problem}", file=sys.stderr)

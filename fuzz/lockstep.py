@@ -136,6 +136,19 @@ def target_problem(config: dict[str, Any]) -> str | None:
     return None
 
 
+def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
+    """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
+    installed version has one, and its Triton kernels (interpreted on CPU) where it has none (0.5.18): the pool
+    shapes name the torch backend, which only the reference honours at every version."""
+    moved = {**config, "target": target}
+    if target != "sglang" or config.get("kernel_backend", "torch") != "torch":
+        return moved
+    if target_problem(moved) is None:
+        return moved
+    kernels = {**moved, "kernel_backend": "triton"}
+    return kernels if target_problem(kernels) is None else moved  # the torch config's problem is the one to tell
+
+
 def installed_sglang() -> str | None:
     """The installed sglang version, or None where there is none (the main venv)."""
     from impl.upstream.dialects import UnsupportedUpstream, installed_version

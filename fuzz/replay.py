@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuzz.lockstep import Lockstep
+from fuzz.lockstep import Lockstep, retarget
 from model.trace import Failure, Step, Trace, TraceError, load
 from properties.abstraction import observe
 
@@ -28,12 +28,12 @@ class ReplayResult:
 def load_trace(path: Path, faults: list[str] | None, target: str | None = None) -> Trace:
     """Load and validate; `faults` and `target` (when given) replace the ones recorded in the file."""
     trace = load(path)
-    overrides: dict[str, object] = {}
+    config = dict(trace.config)
     if faults is not None:
-        overrides["faults"] = faults
+        config["faults"] = faults
     if target is not None:
-        overrides["target"] = target
-    return Trace({**trace.config, **overrides}, trace.seed, trace.steps, trace.failure, trace.meta)
+        config = retarget(config, target)
+    return Trace(config, trace.seed, trace.steps, trace.failure, trace.meta)
 
 
 def replay(trace: Trace, verbose: bool = False) -> ReplayResult:

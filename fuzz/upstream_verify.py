@@ -22,7 +22,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from fuzz.lockstep import Lockstep, installed_sglang, target_ops, target_problem
+from fuzz.lockstep import Lockstep, installed_sglang, retarget, target_ops, target_problem
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import replay
 from fuzz.run import run
@@ -122,8 +122,7 @@ def known(findings: list[Finding], failure: Failure | None, version: str) -> Fin
 def upstream_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config on the upstream target, without faults (they exist only in the reference pool); a paged pool
     runs upstream's Triton kernels (interpreted) where the version has no naive torch path."""
-    naive = {**config, "target": "sglang", "faults": [], "kernel_backend": "torch"}
-    return naive if target_problem(naive) is None else {**naive, "kernel_backend": "triton"}
+    return retarget({**config, "faults": [], "kernel_backend": "torch"}, "sglang")
 
 
 def upstream_trace(trace: Trace) -> Trace:

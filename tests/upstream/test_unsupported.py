@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fuzz.lockstep import retarget
+from fuzz.profiles import POOLS
 from impl.engine import PoolConfig
 from impl.faults import FaultSet
 from impl.upstream import dialects, target
@@ -99,3 +101,16 @@ def test_the_naive_paged_path_is_refused_on_0_5_18_only(monkeypatch: pytest.Monk
 def test_ops_are_listed_without_loading_sglang() -> None:
     assert {"admit", "extend", "decode", "finish", "retract", "abort", "flush"} <= target.SglangPool.OPS
     assert "spec_prepare" not in target.SglangPool.OPS
+
+
+@pytest.mark.parametrize(("version", "backend"), [("0.5.18", "triton"), ("0.5.23", "torch"), (None, "torch")])
+def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
+    monkeypatch: pytest.MonkeyPatch, version: str | None, backend: str
+) -> None:
+    """0.5.18 has no naive torch path, so `--target sglang` on chunk-p4 runs its Triton kernels; without sglang
+    the config stays as it was, so that the error names the missing sglang."""
+    _version_is(monkeypatch, version)
+    config = retarget(POOLS["chunk-p4"], "sglang")
+    assert (config["target"], config.get("kernel_backend", "torch")) == ("sglang", backend)
+    assert retarget(POOLS["chunk-p1"], "sglang").get("kernel_backend", "torch") == "torch"
+    assert retarget(POOLS["chunk-p4"], "reference") == {**POOLS["chunk-p4"], "target": "reference"}
