@@ -75,7 +75,7 @@ sglang-probe: sglang-setup
 # The harness against upstream SGLang, one version after the other (SGLANG=0.5.23 or 0.5.18 for one): the
 # prover's traces, the lockstep ci profile on every pool shape the upstream target supports, the findings of
 # upstream/findings.json, and the differential run (fuzz/upstream_verify.py). Fails if any version mismatches.
-# Bounded: VERIFY_ARGS="--cases 30 --random 20" (lockstep test cases per pool, random differential traces).
+# Bounded (what CI runs): VERIFY_ARGS="--cases 30 --random 40" (lockstep test cases per pool, random differential traces).
 SGLANG ?= $(SGLANG_VERSIONS)
 VERIFY_ARGS ?=
 

@@ -37,7 +37,13 @@ class PrefixCache(Protocol):
 
 
 class RowRelease:
-    """The row access both caches share (upstream's `BasePrefixCache.free_kv_row`): slots of the request's row."""
+    """The row access both caches share (upstream's `BasePrefixCache.free_kv_row`): slots of the request's row.
+
+    The pages freed are the same as upstream's, not their order: each range goes through `allocator.free`
+    (`torch.unique`, ascending page ids), where 0.5.23 frees one slot per page in row order (`free_page_ids`).
+    The lockstep does not observe free-list order; after such a release the two pools can hand out different
+    page ids (docs/upstream-api.md).
+    """
 
     req_to_token_pool: ReqToTokenPool
     allocator: BaseTokenToKVPoolAllocator
