@@ -34,24 +34,7 @@ PARTS: list[tuple[str, Any, str]] = [
     ("  model judgement and step", Model, "step"),
     ("  model: is the call legal", Model, "enabled"),
 ]
-POOL_OPS = (
-    "admit",
-    "extend",
-    "decode",
-    "spec_prepare",
-    "spec_commit",
-    "finish",
-    "pp_release",
-    "pp_release_manual",
-    "retract",
-    "abort",
-    "evict",
-    "flush",
-    "pd_prealloc",
-    "reuse_released",
-    "release_again",
-    "free_row",
-)
+POOL_OPS = sorted(lockstep_module.OPS - {lockstep_module.DIFFERENTIAL})  # the pool methods a step calls
 
 
 @contextmanager
