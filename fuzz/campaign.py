@@ -316,53 +316,98 @@ def recheck(out: Path) -> list[Recheck]:
     return found
 
 
-Signature = tuple[str, str, tuple[str, ...]]
+Signature = tuple[str, str, tuple[str, ...], str]  # failure kind, failure id, faults, target
+NEW_GROUP, NEW_SHAPE, DUPLICATE, SEEN = "new group", "new shape", "duplicate", "seen"
+
+
+@dataclass
+class Shape:
+    """One shrunk op sequence of a finding: the file kept for it and how many counterexamples took it."""
+
+    ops: list[str]
+    file: str
+    count: int = 1
 
 
 @dataclass
 class Group:
-    """Counterexamples with the same failure kind, id and op sequence: one representative, and a count."""
+    """Counterexamples of one finding (the same failure kind and id, under the same faults and target), with
+    each distinct shrunk op sequence kept once. The shortest shape is the representative."""
 
     kind: str
     id: str
-    ops: list[str]
-    representative: str
     faults: list[str]
     target: str
-    count: int = 1
-    files: list[str] = field(default_factory=list)
+    shapes: list[Shape] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return sum(shape.count for shape in self.shapes)
+
+    @property
+    def representative(self) -> str:
+        return min(self.shapes, key=lambda shape: len(shape.ops)).file  # the first found among the shortest
+
+    @property
+    def ops(self) -> list[str]:
+        return min(self.shapes, key=lambda shape: len(shape.ops)).ops
 
     @property
     def false_alarm(self) -> bool:
         """Found on the reference pool with no fault switch on: the pool or the harness is wrong, loudly."""
         return not self.faults and self.target == "reference"
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "faults": self.faults,
+            "target": self.target,
+            "count": self.count,
+            "representative": self.representative,
+            "ops": self.ops,
+            "shapes": [asdict(shape) for shape in self.shapes],
+            "false_alarm": self.false_alarm,
+            "replay": f"python -m fuzz replay {self.representative}",
+        }
+
+
+def found_line(groups: list[dict[str, Any]]) -> str:
+    """`1 finding (4 shapes)`: how many distinct findings, and shrunk op sequences among them."""
+    shapes = sum(len(g["shapes"]) for g in groups)
+    return f"{len(groups)} finding{'s' * (len(groups) != 1)} ({shapes} shape{'s' * (shapes != 1)})"
+
 
 def signature(trace: Any) -> Signature:
-    """What makes two counterexamples the same finding: failure kind, failure id and the op sequence."""
+    """What makes two counterexamples the same finding: failure kind and id, under the same faults and target.
+    The legacy reuse guard, for one, is reached after any release path; each path is a shape of one finding."""
     failure = trace.failure
-    return (failure.kind if failure else "", failure.id if failure else "", tuple(s.op for s in trace.steps))
+    faults = tuple(sorted(trace.config.get("faults", [])))
+    return (
+        failure.kind if failure else "",
+        failure.id if failure else "",
+        faults,
+        trace.config.get("target", "reference"),
+    )
 
 
-def add_finding(groups: dict[Signature, Group], path: str, trace: Any) -> bool:
-    """Group `trace` (from `path`) with its duplicates; True when it starts a new group."""
+def add_finding(groups: dict[Signature, Group], path: str, trace: Any) -> str:
+    """Count `trace` (from `path`) in its group: NEW_GROUP, NEW_SHAPE (a new op sequence, kept), DUPLICATE
+    (an op sequence already kept in another file: counted; the caller may drop the file) or SEEN (this file)."""
     sig = signature(trace)
+    ops = [step.op for step in trace.steps]
     group = groups.get(sig)
     if group is None:
-        groups[sig] = Group(
-            sig[0],
-            sig[1],
-            list(sig[2]),
-            path,
-            list(trace.config.get("faults", [])),
-            trace.config.get("target", "reference"),
-            files=[path],
-        )
-        return True
-    if path not in group.files:
-        group.count += 1
-        group.files.append(path)
-    return False
+        groups[sig] = Group(sig[0], sig[1], list(sig[2]), sig[3], [Shape(ops, path)])
+        return NEW_GROUP
+    shape = next((shape for shape in group.shapes if shape.ops == ops), None)
+    if shape is None:
+        group.shapes.append(Shape(ops, path))
+        return NEW_SHAPE
+    if shape.file == path:
+        return SEEN
+    shape.count += 1
+    return DUPLICATE
 
 
 @dataclass
@@ -413,12 +458,8 @@ class Tally:
             trace = load(Path(path))
         except TraceError:
             return
-        if not add_finding(self.groups, path, trace):
-            group = self.groups[signature(trace)]
-            if group.representative != path:
-                # A duplicate of a finding already on disk: counted, not kept.
-                group.files.remove(path)
-                Path(path).unlink(missing_ok=True)
+        if add_finding(self.groups, path, trace) == DUPLICATE:
+            Path(path).unlink(missing_ok=True)  # a shape already on disk: counted, not kept
 
     def progress(self) -> str:
         elapsed = time.time() - self.start
@@ -596,10 +637,7 @@ def _report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: di
         "coverage": [list(point) for point in tally.coverage],
         "units": sorted(tally.units, key=lambda u: (u["worker"], u["index"])),
         "rechecked": [asdict(r) for r in rechecked],
-        "groups": [
-            {**asdict(g), "false_alarm": g.false_alarm, "replay": f"python -m fuzz replay {g.representative}"}
-            for g in groups
-        ],
+        "groups": [g.as_json() for g in groups],
         "crashed": {str(w): why for w, why in crashed.items()},
         "exit_code": exit_code,
     }
@@ -623,7 +661,7 @@ def _summary(report: dict[str, Any], out: Path) -> str:
     found = sum(g["count"] for g in report["groups"])
     verdict = {
         EXIT_CLEAN: "nothing found",
-        EXIT_FOUND: f"{found} counterexamples in {len(report['groups'])} groups",
+        EXIT_FOUND: f"{found} counterexamples: {found_line(report['groups'])}",
         EXIT_FAILED: f"the campaign failed: {len(report['crashed'])} workers crashed",
     }[report["exit_code"]]
     return (

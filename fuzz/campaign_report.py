@@ -9,6 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fuzz.campaign import found_line
 from fuzz.emit import emit
 from model.trace import TraceError, load
 
@@ -89,7 +90,7 @@ def _verdict(report: dict[str, Any]) -> str:
     if report["exit_code"] == 2:
         return f"failed ({len(report['crashed'])} workers crashed)"
     if report["groups"]:
-        return f"{sum(g['count'] for g in report['groups'])} counterexamples in {len(report['groups'])} groups"
+        return f"{sum(g['count'] for g in report['groups'])} counterexamples, {found_line(report['groups'])}"
     return "nothing found"
 
 
@@ -118,17 +119,25 @@ def _run_section(report: dict[str, Any]) -> list[str]:
 
 
 def _findings_section(report: dict[str, Any]) -> list[str]:
-    lines = ["## Counterexamples (grouped by failure kind, id and op sequence)", ""]
+    lines = ["## Counterexamples (one finding per failure kind and id; each shrunk op sequence kept once)", ""]
     if not report["groups"]:
         return [*lines, "None.", ""]
     for g in report["groups"]:
         flag = "FALSE ALARM: " if g["false_alarm"] else ""
+        size = f"{g['count']}x, {len(g['shapes'])} shapes, shortest {len(g['ops'])} steps"
         lines += [
-            f"### {flag}{g['kind']} {g['id']} ({g['count']}x, {len(g['ops'])} steps)",
+            f"### {flag}{g['kind']} {g['id']} ({size})",
             "",
-            f"- faults: {', '.join(g['faults']) or 'none'}; ops: {' '.join(g['ops'])}",
-            f"- replay: `{g['replay']}`",
+            f"- faults: {', '.join(g['faults']) or 'none'}; target {g['target']}",
+            f"- replay the shortest: `{g['replay']}`",
             f"- regression test: `{g['regression']}`",
+            "",
+            "| times | ops | replay |",
+            "|---|---|---|",
+            *(
+                f"| {sh['count']} | {' '.join(sh['ops'])} | `python -m fuzz replay {sh['file']}` |"
+                for sh in g["shapes"]
+            ),
             "",
         ]
     return lines

@@ -17,7 +17,11 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 from fuzz.__main__ import main as fuzz_main
 from fuzz.campaign import (
+    DUPLICATE,
     EXIT_FAILED,
+    NEW_GROUP,
+    NEW_SHAPE,
+    SEEN,
     Plan,
     add_finding,
     configurations,
@@ -190,14 +194,16 @@ def _trace(ops: list[str], faults: list[str]) -> Trace:
 
 def test_identical_failures_group_once_with_a_count() -> None:
     groups: dict[Any, Any] = {}
-    assert add_finding(groups, "a.json", _trace(["admit", "finish", "reuse_released"], [FAULT]))
-    assert not add_finding(groups, "b.json", _trace(["admit", "finish", "reuse_released"], [FAULT]))
-    assert not add_finding(groups, "b.json", _trace(["admit", "finish", "reuse_released"], [FAULT]))
-    assert add_finding(groups, "c.json", _trace(["admit", "abort", "reuse_released"], [FAULT]))
-    counts = sorted((g.representative, g.count) for g in groups.values())
-    assert counts == [("a.json", 2), ("c.json", 1)]
-    assert not any(g.false_alarm for g in groups.values())
-    add_finding(groups, "d.json", _trace(["admit"], []))
+    assert add_finding(groups, "a.json", _trace(["admit", "finish", "reuse_released"], [FAULT])) == NEW_GROUP
+    assert add_finding(groups, "b.json", _trace(["admit", "finish", "reuse_released"], [FAULT])) == DUPLICATE
+    assert add_finding(groups, "a.json", _trace(["admit", "finish", "reuse_released"], [FAULT])) == SEEN
+    assert add_finding(groups, "c.json", _trace(["admit", "abort", "reuse_released"], [FAULT])) == NEW_SHAPE
+    assert add_finding(groups, "e.json", _trace(["finish", "reuse_released"], [FAULT])) == NEW_SHAPE
+    (group,) = groups.values()
+    assert [(sh.file, sh.count) for sh in group.shapes] == [("a.json", 2), ("c.json", 1), ("e.json", 1)]
+    assert (group.count, group.representative, group.ops) == (4, "e.json", ["finish", "reuse_released"])
+    assert not group.false_alarm
+    assert add_finding(groups, "d.json", _trace(["admit"], [])) == NEW_GROUP
     assert [g.representative for g in groups.values() if g.false_alarm] == ["d.json"]
 
 
@@ -206,9 +212,7 @@ def test_a_false_alarm_heads_the_report() -> None:
     add_finding(groups, "d.json", _trace(["admit", "finish"], []))
     report = {
         "exit_code": 1,
-        "groups": [
-            {**vars(g), "false_alarm": g.false_alarm, "replay": "r", "regression": "t"} for g in groups.values()
-        ],
+        "groups": [{**g.as_json(), "regression": "t"} for g in groups.values()],
         "commit": "c",
         "seed_base": 0,
         "shard": "1/1",
@@ -228,9 +232,10 @@ def test_a_false_alarm_heads_the_report() -> None:
         "corners": {},
     }
     lines = markdown(report).splitlines()
-    assert lines[0] == "# Fuzz campaign: 1 counterexamples in 1 groups"
+    assert lines[0] == "# Fuzz campaign: 1 counterexamples, 1 finding (1 shape)"
     assert lines[2].startswith("**FALSE ALARM: 1 findings")
-    assert "### FALSE ALARM: accepted-forbidden reuse_released (1x, 2 steps)" in lines
+    assert "### FALSE ALARM: accepted-forbidden reuse_released (1x, 1 shapes, shortest 2 steps)" in lines
+    assert "| 1 | admit finish | `python -m fuzz replay d.json` |" in lines
 
 
 def _crashing_worker(plan: Plan, worker: int, queue: Any, deadline: float) -> None:
