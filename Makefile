@@ -24,6 +24,7 @@ verify: setup
 	@echo "crosshair: checking the page-arithmetic contracts (model/pagemath.py)"
 	@$(BIN)/crosshair check model.pagemath --per_condition_timeout 5 && echo "crosshair: every contract holds"
 	@$(BIN)/python -m fuzz run --profile ci --pool chunk-p1
+	@$(BIN)/python -m fuzz run --profile ci --pool chunk-p4
 	@$(BIN)/python -m fuzz run --profile ci --pool radix-p4
 	@echo "verify: theorems match the manifest, contracts hold, lockstep fuzzing found nothing"
 

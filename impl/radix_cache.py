@@ -7,6 +7,7 @@ upstream, and `recount_sizes` recomputes them from the nodes so checkers can com
 
 from __future__ import annotations
 
+import copy
 import heapq
 import itertools
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,17 @@ class TreeNode:
         self.children: dict[tuple[int, ...], TreeNode] = {}
         self.lock_ref = 0
         self.last_access = 0
+
+    def __deepcopy__(self, memo: dict[int, object]) -> TreeNode:
+        """As `copy.deepcopy` would, without a call per token id: keys hold ints (a list copy is deep) and
+        children are keyed by tuples of ints (immutable, shared)."""
+        node = TreeNode.__new__(TreeNode)
+        memo[id(self)] = node
+        node.node_id, node.key, node.value = self.node_id, list(self.key), copy.deepcopy(self.value, memo)
+        node.parent = copy.deepcopy(self.parent, memo)
+        node.children = {first: copy.deepcopy(child, memo) for first, child in self.children.items()}
+        node.lock_ref, node.last_access = self.lock_ref, self.last_access
+        return node
 
 
 class RadixCache(RowRelease):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 from dataclasses import dataclass, field
 
@@ -38,6 +39,13 @@ class ReqKvInfo:
     def is_kv_released(self) -> bool:
         return self.kv_allocated_len == 0
 
+    def copy(self) -> ReqKvInfo:
+        """A copy (every field is an int or None); cheaper than `copy.copy` of a slotted dataclass."""
+        copied = object.__new__(ReqKvInfo)
+        for name in ReqKvInfo.__slots__:
+            object.__setattr__(copied, name, getattr(self, name))
+        return copied
+
     def mark_kv_released(self) -> None:
         # Only the allocated length is zeroed: committed and protected lengths stay stale, as upstream.
         self.kv_allocated_len = 0
@@ -71,6 +79,17 @@ class Req:
     status: ReqStatus = ReqStatus.WAITING
     prompt_len: int | None = None
     family: int = 0
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Req:
+        """As `copy.deepcopy` would, without a call per token id: `fill_ids` holds ints, so a list copy is deep."""
+        copied = object.__new__(Req)
+        copied.__dict__.update(self.__dict__)  # ints, None, an enum: immutable, shared
+        memo[id(self)] = copied
+        copied.kv = self.kv.copy()
+        copied.prefix_indices = copy.deepcopy(self.prefix_indices, memo)
+        copied.fill_ids = list(self.fill_ids)
+        copied.last_node = copy.deepcopy(self.last_node, memo)  # through the memo: the clone's own tree node
+        return copied
 
     def tokens(self, end: int) -> list[int]:
         """Token ids of positions `[0, end)`: the known ones, then the family's prompt stream."""
