@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,9 +67,30 @@ def trace_config(shape: str, faults: frozenset[str]) -> dict[str, Any]:
     }
 
 
+# Set by `searching_only`: the ops a refutation may use (a target that lacks some, such as upstream SGLang).
+_SEARCH_OPS: frozenset[str] | None = None
+
+
+@contextmanager
+def searching_only(ops: frozenset[str]) -> Iterator[None]:
+    """Within the block, every theorem's transition relation has only the actions named in `ops`. A refuting
+    trace found then uses only those ops; a *proved* outcome means nothing (the relation is smaller than the
+    contract's), so use it for traces only: `fuzz.upstream_verify` derives the upstream-replayable traces so."""
+    global _SEARCH_OPS
+    saved, _SEARCH_OPS = _SEARCH_OPS, ops
+    try:
+        yield
+    finally:
+        _SEARCH_OPS = saved
+
+
 def steps_of(faults: frozenset[str]) -> list[Any]:
     """The actions a scheduler can take (negative steps are calls only made to be refused)."""
-    return [a for a in actions_for(faults).values() if not a.negative]
+    return [a for a in actions_for(faults).values() if not a.negative and _allowed(a.name)]
+
+
+def _allowed(op: str) -> bool:
+    return _SEARCH_OPS is None or op in _SEARCH_OPS
 
 
 def _inductive(inv_id: str, shape: str) -> Theorem:

@@ -159,3 +159,18 @@ def test_a_bounded_search_out_of_budget_says_so_with_the_depth_it_reached() -> N
     result = bmc("budget", _steps(frozenset()), CHUNK, two_live_on_one_row, 20, budget_s=0.5)
     assert result.outcome == "unknown"
     assert result.detail.startswith("timeout after") and f"depths below {result.depth} settled" in result.detail
+
+
+def test_a_search_restricted_to_some_ops_finds_a_trace_through_those_only() -> None:
+    """How the upstream check gets traces it can run: the target lacks `pd_prealloc`, which the unrestricted
+    stale-reuse search is free to use."""
+    ops = frozenset({"admit", "extend", "pp_release", "finish", "abort"})
+    legacy = next(t for t in THEOREMS if t.name == "stale-reuse:legacy-guard")
+    with theorems.searching_only(ops):
+        assert {a.name for a in theorems.steps_of(legacy.faults)} <= ops
+        result = legacy.run(legacy.name, 60_000)
+    assert result.outcome == "refuted" and result.steps is not None
+    assert {step.op for step in result.steps} <= ops
+    assert "pd_prealloc" in {a.name for a in theorems.steps_of(legacy.faults)}  # the restriction ends with the block
+    with theorems.searching_only(frozenset({"admit", "finish"})):
+        assert legacy.run(legacy.name, 60_000).outcome != "refuted"  # no release that leaves a stale row
