@@ -3,6 +3,13 @@
 Requests are referred to by id; a rule draws among the ids the model knows in the right status, so that
 shrinking keeps every step meaningful. Negative rules make calls the contract forbids on released records
 and expect the pool to refuse them unchanged.
+
+Why not Hypothesis bundles with `consumes`: no step ends a record. A finished, aborted or PP-released request
+keeps its record, and that stale record is exactly what the hunt needs next (`reuse_released`,
+`release_again`, re-admission, `offload_release` with the `-1` sentinel); consuming it would take it out of
+reach. And every rule wants the requests in given statuses, which change at each step: a bundle can only be
+filtered after the draw (rejections that grow with the pool), where an index into the model's list of ids
+in that status never misses and shrinks towards the first such request.
 """
 
 from __future__ import annotations
