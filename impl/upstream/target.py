@@ -64,13 +64,14 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
         ),
+        (config.cache == "chunk", f"the upstream target drives the chunk cache only, got {config.cache!r}"),
+        (not config.speculative, "the upstream target does not drive speculative decoding"),
+        (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
+        # Last: `fuzz.lockstep.retarget` switches to Triton when this is the only problem.
         (
             config.page_size == 1 or config.kernel_backend == "triton" or naive,
             f"sglang {version}'s paged allocator always launches its Triton kernels; use kernel_backend 'triton'",
         ),
-        (config.cache == "chunk", f"the upstream target drives the chunk cache only, got {config.cache!r}"),
-        (not config.speculative, "the upstream target does not drive speculative decoding"),
-        (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
     ]
     return next((message for ok, message in checks if not ok), None)
 

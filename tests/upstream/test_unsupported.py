@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.lockstep import retarget
+from fuzz.lockstep import retarget, target_problem
 from fuzz.profiles import POOLS
 from impl.engine import PoolConfig
 from impl.faults import FaultSet
@@ -114,3 +114,10 @@ def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
     assert (config["target"], config.get("kernel_backend", "torch")) == ("sglang", backend)
     assert retarget(POOLS["chunk-p1"], "sglang").get("kernel_backend", "torch") == "torch"
     assert retarget(POOLS["chunk-p4"], "reference") == {**POOLS["chunk-p4"], "target": "reference"}
+
+
+def test_the_kernel_reason_comes_last_so_a_radix_trace_names_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 0.5.18 a paged radix pool has two problems; the one `retarget` cannot fix is the one to tell."""
+    _version_is(monkeypatch, "0.5.18")
+    assert "chunk cache only, got 'radix'" in str(target_problem(retarget(POOLS["radix-p4"], "sglang")))
+    assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
