@@ -10,38 +10,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 # The pools runs fuzz: small, so that rows, slots and pages run out often.
+_SMALL = {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32}
 POOLS: dict[str, dict[str, Any]] = {
-    "chunk-p1": {
-        "target": "reference",
-        "device": "cpu",
-        "rows": 4,
-        "tokens": 64,
-        "width": 32,
-        "page_size": 1,
-        "cache": "chunk",
-        "speculative": False,
-    },
-    "radix-p4": {
-        "target": "reference",
-        "device": "cpu",
-        "rows": 4,
-        "tokens": 64,
-        "width": 32,
-        "page_size": 4,
-        "cache": "radix",
-        "speculative": True,
-    },
+    "chunk-p1": {**_SMALL, "page_size": 1, "cache": "chunk", "speculative": False},
+    "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
     # The paged allocator under the chunk cache: the page-size-4 shape the upstream target drives.
-    "chunk-p4": {
-        "target": "reference",
-        "device": "cpu",
-        "rows": 4,
-        "tokens": 64,
-        "width": 32,
-        "page_size": 4,
-        "cache": "chunk",
-        "speculative": False,
-    },
+    "chunk-p4": {**_SMALL, "page_size": 4, "cache": "chunk", "speculative": False},
 }
 TARGET_NAMES = ("reference", "sglang")  # `--target` replaces a pool's target; the shapes are the same
 DEFAULT_POOL = POOLS["chunk-p1"]
