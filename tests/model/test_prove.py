@@ -174,3 +174,24 @@ def test_a_search_restricted_to_some_ops_finds_a_trace_through_those_only() -> N
     assert "pd_prealloc" in {a.name for a in theorems.steps_of(legacy.faults)}  # the restriction ends with the block
     with theorems.searching_only(frozenset({"admit", "finish"})):
         assert legacy.run(legacy.name, 60_000).outcome != "refuted"  # no release that leaves a stale row
+
+
+@pytest.mark.parametrize(
+    ("dropped", "precondition"),
+    [
+        ("protected-prefix", "cache_protected_len == 0"),
+        ("over-allocated", "kv_committed_len == kv_allocated_len"),
+        ("decoded-past-extend", "kv_committed_len == extend_range.end"),
+        ("tree-lock", "last_node is None"),
+    ],
+)
+def test_each_divergence_trace_names_its_precondition_and_replays(
+    tmp_path: Path, dropped: str, precondition: str
+) -> None:
+    """Theorem 3: for each precondition of PR #37167 dropped alone, a trace on which the two releases differ."""
+    name = f"release-divergence:{dropped}"
+    assert prove_main(["prove", "--only", name, "--export-traces", str(tmp_path)]) == 0
+    (trace,) = tmp_path.glob("*.json")
+    failure = json.loads(trace.read_text())["failure"]
+    assert f"drops `{precondition}`" in failure["message"]
+    assert replay_main(["replay", str(trace)]) == 1
