@@ -82,20 +82,6 @@ def model_sizes(config: dict[str, Any]) -> Sizes:
     )
 
 
-# The ops `impl.upstream.target.SglangPool` implements until it lists them itself (`SglangPool.OPS`).
-SGLANG_OPS = frozenset(
-    {
-        "admit",
-        "extend",
-        "decode",
-        "finish",
-        "pp_release",
-        "pp_release_manual",
-        "reuse_released",
-        "release_again",
-        "free_row",
-    }
-)
 SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
 
 
@@ -113,7 +99,7 @@ def target_ops(config: dict[str, Any]) -> frozenset[str]:
     """The lockstep ops the config's target implements (`differential` included: it runs only those)."""
     name = config.get("target", "reference")
     cls = TARGETS[name]()
-    return frozenset(getattr(cls, "OPS", OPS if name == "reference" else SGLANG_OPS)) | {DIFFERENTIAL}
+    return frozenset(getattr(cls, "OPS", OPS)) | {DIFFERENTIAL}  # the reference implements every op
 
 
 def target_problem(config: dict[str, Any]) -> str | None:
