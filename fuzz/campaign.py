@@ -173,7 +173,7 @@ def run_unit(
     recorder = Recorder(config, swarm, on_failure=keep_raw)
     on_start(recorder)
     profile = Profile("campaign", examples, STEPS_PER_CASE, derandomize=False, keep_database=False)
-    database = KeyedDatabase(DirectoryBasedExampleDatabase(str(plan.db)), f"{pool}|{swarm}|{config['faults']}")
+    database = campaign_database(plan.db, pool, swarm, config["faults"])
     settings = hypothesis.settings(
         profile.hypothesis_settings(plan.db), database=database, verbosity=hypothesis.Verbosity.quiet
     )
@@ -196,6 +196,12 @@ def _seeded(test: Any, seed: int) -> Any:
     # one run). A unit wants both: the database replays failures saved by earlier units, the seed draws the rest.
     test._hypothesis_internal_use_seed = seed
     return test
+
+
+def campaign_database(db: Path, pool: str, swarm: str, faults: list[str]) -> KeyedDatabase:
+    """The example database of one campaign configuration: the shared folder `db`, keyed by pool, swarm and
+    faults (HypoFuzz targets save under the same keys, so a campaign replays what they found)."""
+    return KeyedDatabase(DirectoryBasedExampleDatabase(str(db)), f"{pool}|{swarm}|{faults}")
 
 
 class KeyedDatabase(ExampleDatabase):
@@ -345,12 +351,16 @@ class Group:
         return sum(shape.count for shape in self.shapes)
 
     @property
+    def shortest(self) -> Shape:
+        return min(self.shapes, key=lambda shape: len(shape.ops))  # the first found among the shortest
+
+    @property
     def representative(self) -> str:
-        return min(self.shapes, key=lambda shape: len(shape.ops)).file  # the first found among the shortest
+        return self.shortest.file
 
     @property
     def ops(self) -> list[str]:
-        return min(self.shapes, key=lambda shape: len(shape.ops)).ops
+        return self.shortest.ops
 
     @property
     def false_alarm(self) -> bool:

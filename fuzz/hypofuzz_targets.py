@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis
-from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.campaign import STEPS_PER_CASE, KeyedDatabase, configurations
+from fuzz.campaign import STEPS_PER_CASE, campaign_database, configurations
 from fuzz.machine import SWARMS, Recorder, build_machine
 from fuzz.profiles import POOLS, Profile
 
@@ -35,7 +34,7 @@ def target(pool: str, swarm: str) -> Any:
     """The campaign's test for one configuration, keyed in the campaign's database as a unit would be."""
     config = {**POOLS[pool], "faults": []}
     profile = Profile("hypofuzz", EXAMPLES, STEPS_PER_CASE, derandomize=False, keep_database=False)
-    database = KeyedDatabase(DirectoryBasedExampleDatabase(str(DATABASE)), f"{pool}|{swarm}|{config['faults']}")
+    database = campaign_database(DATABASE, pool, swarm, config["faults"])
     settings = hypothesis.settings(profile.hypothesis_settings(DATABASE), database=database)
     test = get_state_machine_test(build_machine(Recorder(config, swarm)), settings=settings)
     test.__name__ = test.__qualname__ = f"test_{pool.replace('-', '_')}__{swarm.replace('-', '_')}"

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,9 +31,13 @@ def _fuzz(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _trace(tmp_path: Path) -> Path:
+ADMIT = {"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}}
+
+
+def _trace(tmp_path: Path, steps: list[dict[str, Any]] | None = None) -> Path:
+    """A trace file on the default pool: one admission, or `steps`."""
     path = tmp_path / "trace.json"
-    steps = [{"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}}]
+    steps = [ADMIT] if steps is None else steps
     path.write_text(
         json.dumps(
             {
@@ -83,22 +88,7 @@ def test_replay_of_an_op_the_target_lacks_is_exit_2(tmp_path: Path, monkeypatch:
     class AdmitOnly(ReferencePool):
         OPS = frozenset({"admit"})
 
-    path = tmp_path / "trace.json"
-    steps = [
-        {"op": "admit", "args": {"req": 0, "prompt": 2, "n": 2, "family": 0, "prefix": 0}, "choice": {}},
-        {"op": "decode", "args": {"req": 0}, "choice": {}},
-    ]
-    path.write_text(
-        json.dumps(
-            {
-                "format": "kvlife-trace",
-                "version": 1,
-                "config": {**DEFAULT_POOL, "faults": []},
-                "seed": None,
-                "steps": steps,
-            }
-        )
-    )
+    path = _trace(tmp_path, [ADMIT, {"op": "decode", "args": {"req": 0}, "choice": {}}])
     monkeypatch.setitem(fuzz.lockstep.TARGETS, "reference", lambda: AdmitOnly)
     from fuzz.__main__ import main
 
