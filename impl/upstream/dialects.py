@@ -46,10 +46,9 @@ def installed_version_or_none() -> str | None:
 
 def installed_version() -> str:
     """The installed sglang version, checked against the versions the adapter speaks."""
-    try:
-        version = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise UnsupportedUpstream(f"sglang is not installed in this environment; {SETUP_HINT}") from exc
+    version = installed_version_or_none()  # read once per process
+    if version is None:
+        raise UnsupportedUpstream(f"sglang is not installed in this environment; {SETUP_HINT}")
     if version not in SUPPORTED_VERSIONS:
         raise UnsupportedUpstream(
             f"sglang {version} is not supported by the upstream target; supported: {', '.join(SUPPORTED_VERSIONS)}"
