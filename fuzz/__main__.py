@@ -22,13 +22,13 @@ from pathlib import Path
 from fuzz.campaign import add_parser as add_campaign_parser
 from fuzz.campaign import cli as campaign_cli
 from fuzz.emit import REGRESSIONS, emit
-from fuzz.lockstep import retarget, target_problem
 from fuzz.machine import SWARMS
 from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
 from fuzz.mutants import cli as mutants_cli
 from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
+from fuzz.targets import retarget, target_problem
 from impl.faults import FAULTS
 from model.trace import TraceError
 

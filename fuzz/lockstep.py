@@ -8,24 +8,22 @@ tensors. The driver does not need Hypothesis: the fuzzer and replay share it.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
-from impl.faults import FaultSet
+from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
+from impl.target import PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.interp import PY
-from model.state import Sizes
 from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
 from properties.snapshot import LIVE_STATUSES as LIVE
 from properties.snapshot import STATUS_DECODE
 
-Call = Callable[[Any, dict[str, int]], Any]
+Call = Callable[[Target, dict[str, int]], Any]
 
 # How each op reaches the target.
 _CALLS: dict[str, Call] = {
@@ -47,8 +45,6 @@ _CALLS: dict[str, Call] = {
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
-# A step that changes nothing: every release path runs on clones of the pool and the results are compared.
-DIFFERENTIAL = "differential"
 OPS = frozenset(_CALLS) | {DIFFERENTIAL}
 # Calls the scheduler makes on whatever its batches still list, filtering by status before the pool sees them
 # (preemption skips requests that finished this round, #18694): the filter must refuse them, not a pool assert.
@@ -63,107 +59,6 @@ class StepFailed(AssertionError):
         self.failure = failure
 
 
-POOL_KEYS = ("rows", "tokens", "width", "page_size", "cache", "device", "speculative", "kernel_backend")
-
-
-def pool_config(config: dict[str, Any]) -> PoolConfig:
-    """The pool config a trace config describes (raises ValueError for sizes the pool does not support)."""
-    return PoolConfig(**{k: config[k] for k in POOL_KEYS if k in config}, evict_on_demand=False)
-
-
-def model_sizes(config: dict[str, Any]) -> Sizes:
-    return Sizes(
-        config["rows"],
-        config["tokens"],
-        config["width"],
-        config.get("page_size", 1),
-        config.get("cache") == "radix",
-        bool(config.get("speculative", False)),
-    )
-
-
-SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
-
-
-def _sglang_class() -> type:
-    from impl.upstream.target import SglangPool  # imports torch only; sglang itself loads when a pool is built
-
-    return SglangPool
-
-
-# Each target's class, loaded on first use: the upstream one lives only in the sglang venvs.
-TARGETS: dict[str, Callable[[], type]] = {"reference": lambda: ReferencePool, "sglang": _sglang_class}
-
-
-def target_ops(config: dict[str, Any]) -> frozenset[str]:
-    """The lockstep ops the config's target implements (`differential` included: it runs only those)."""
-    name = config.get("target", "reference")
-    cls = TARGETS[name]()
-    return frozenset(getattr(cls, "OPS", OPS)) | {DIFFERENTIAL}  # the reference implements every op
-
-
-def target_problem(config: dict[str, Any]) -> str | None:
-    """Why the config's target cannot be built here (one line), or None; cheap: sglang is not imported."""
-    name = config.get("target", "reference")
-    if name not in TARGETS:
-        return f"target {name!r} is not one of {', '.join(sorted(TARGETS))}"
-    if name == "reference":
-        return None
-    from impl.upstream.dialects import UnsupportedUpstream, installed_version
-    from impl.upstream.target import _unsupported
-
-    problem = _unsupported(pool_config(config), FaultSet.of(config.get("faults", [])))
-    if problem:
-        return problem
-    try:
-        installed_version()
-    except UnsupportedUpstream as exc:
-        return f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})"
-    return None
-
-
-def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
-    """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
-    installed version has one, and its Triton kernels (interpreted on CPU) where it has none (0.5.18): the pool
-    shapes name the torch backend, which only the reference honours at every version."""
-    moved = {**config, "target": target}
-    if target != "sglang" or config.get("kernel_backend", "torch") != "torch":
-        return moved
-    if target_problem(moved) is None:
-        return moved
-    kernels = {**moved, "kernel_backend": "triton"}
-    return kernels if target_problem(kernels) is None else moved  # the torch config's problem is the one to tell
-
-
-def installed_sglang() -> str | None:
-    """The installed sglang version, or None where there is none (the main venv)."""
-    from impl.upstream.dialects import UnsupportedUpstream, installed_version
-
-    try:
-        return installed_version()
-    except UnsupportedUpstream:
-        return None
-
-
-def make_target(config: dict[str, Any]) -> Any:
-    """The pool the config names: the reference pool, or upstream SGLang's (raises ValueError, one line, where
-    it cannot be built here)."""
-    name = config.get("target", "reference")
-    if name not in TARGETS:
-        raise ValueError(f"target {name!r} is not one of {', '.join(sorted(TARGETS))}")
-    cls = TARGETS[name]()
-    if name == "reference":
-        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
-    # The upstream constructor checks the config itself (`_unsupported`); each check reads package metadata,
-    # which costs more than building the pool, and a differential builds one per release path.
-    from impl.upstream.dialects import UnsupportedUpstream
-
-    try:
-        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
-    except UnsupportedUpstream as exc:
-        raise ValueError(f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})") from None
-
-
 def _tree_size(snap: PoolSnapshot) -> int:
     return snap.evictable_size + snap.protected_size
 
@@ -173,7 +68,7 @@ class Lockstep:
     """A model and a target stepped together; `steps` is the trace so far."""
 
     config: dict[str, Any]
-    target: Any = field(init=False)  # ReferencePool, or SglangPool (impl/upstream/target.py)
+    target: Target = field(init=False)
     ops: frozenset[str] = field(init=False)
     model: Model = field(init=False)
     snap: PoolSnapshot = field(init=False)
@@ -238,17 +133,9 @@ class Lockstep:
                 self.corners.append(f"differential: {first} == {second}")
         return None
 
-    def _clone(self) -> Any:
-        """A copy of the target to run one release path on. The upstream target holds sglang's modules and
-        cannot be deep-copied: a fresh one replays the steps so far (the pool is deterministic)."""
-        if isinstance(self.target, ReferencePool):
-            return self.target.clone()
-        clone = make_target(self.config)
-        for step in self.steps:
-            if step.op != DIFFERENTIAL:
-                with contextlib.suppress(Refused):  # refused again, as it was
-                    _CALLS[step.op](clone, step.args)
-        return clone
+    def _clone(self) -> Target:
+        """A copy of the target to run one release path on."""
+        return self.target.clone()
 
     def _release_pairs(self, rid: int) -> list[tuple[str, str, str | None]]:
         """Pairs of release paths, each with None where the model proves them equal, else the failed precondition."""
@@ -268,29 +155,13 @@ class Lockstep:
     def _prefix(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
         """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
         if op == "admit":
-            if not hasattr(self.target, "peek_prefix"):
-                return {
-                    "prefix": self._admission_prefix(
-                        inputs["req"], inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"]
-                    )
-                }
             return {"prefix": self.target.peek_prefix(inputs["family"], inputs["prompt"])}
         if op == "extend":
             record = self.snap.records.get(inputs["req"])
             if record is not None and record.row is not None:
                 return {"prefix": record.protected_len}
-            if record is not None and not hasattr(self.target, "peek_prefix_of"):
-                return {"prefix": self._admission_prefix(inputs["req"], inputs["n"])}
-            return {"prefix": self.target.peek_prefix_of(inputs["req"]) if record is not None else 0}
+            return {"prefix": self.target.peek_prefix_of(inputs["req"], inputs["n"]) if record is not None else 0}
         return {}
-
-    def _admission_prefix(self, rid: int, extend_len: int, **kwargs: int) -> int:
-        """The upstream target's read-only prefix peek; a call it would refuse matches nothing."""
-        try:
-            prefix: int = self.target.admission_prefix(rid, extend_len, **kwargs)
-        except Refused:
-            return 0
-        return prefix
 
     def _choices(
         self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot, after: PoolSnapshot
@@ -379,7 +250,7 @@ class Lockstep:
         return None
 
 
-def _pool_state(target: Any, rid: int) -> dict[str, Any]:
+def _pool_state(target: Target, rid: int) -> dict[str, Any]:
     """What two release paths must agree on: free pages and rows as multisets, the tree, the request's record."""
     snap = target.snapshot()
     record = snap.records[rid]
@@ -392,7 +263,7 @@ def _pool_state(target: Any, rid: int) -> dict[str, Any]:
     }
 
 
-def _run_path(clone: Any, path: str, rid: int) -> dict[str, Any] | str:
+def _run_path(clone: Target, path: str, rid: int) -> dict[str, Any] | str:
     """The pool state after `path` on `clone` (a copy of the target), or why it refused it."""
     try:
         _CALLS[path](clone, {"req": rid})

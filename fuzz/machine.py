@@ -22,7 +22,8 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from fuzz.lockstep import Lockstep, StepFailed, target_ops
+from fuzz.lockstep import Lockstep, StepFailed
+from fuzz.targets import target_ops
 from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure

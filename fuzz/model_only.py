@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzz.lockstep import model_sizes
+from fuzz.targets import model_sizes
 from model.concrete import Model
 from model.trace import Failure, Step
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuzz.lockstep import Lockstep, retarget
+from fuzz.lockstep import Lockstep
+from fuzz.targets import retarget
 from model.trace import Failure, Step, Trace, TraceError, load
 from properties.abstraction import observe
 

@@ -14,10 +14,11 @@ from typing import Any
 import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.lockstep import StepFailed, installed_sglang
+from fuzz.lockstep import StepFailed
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import Profile
 from fuzz.replay import replay
+from fuzz.targets import installed_sglang
 from model.trace import Failure, Step, Trace, dump
 
 

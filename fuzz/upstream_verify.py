@@ -22,10 +22,11 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from fuzz.lockstep import Lockstep, installed_sglang, retarget, target_ops, target_problem
+from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import replay
 from fuzz.run import run
+from fuzz.targets import installed_sglang, retarget, target_ops, target_problem
 from model.trace import Failure, Step, Trace, TraceError, dump, load
 from properties.abstraction import observe
 

@@ -7,7 +7,7 @@ back empty means a wrong budget and fails loudly, as upstream's "out of memory" 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,30 +15,26 @@ from impl.allocator import TokenToKVPoolAllocator
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
-from impl.release import ceil_align
 
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
 
 @dataclass(frozen=True)
 class Pools:
-    """What the allocation paths work on; without `evict_on_demand` they never evict the tree themselves."""
+    """What the allocation paths work on; without `evict_on_demand` they never evict the tree themselves.
+    `evictions` logs each on-demand eviction as (tokens asked, tokens freed), for the caller to read."""
 
     cache: PrefixCache
     allocator: Allocator
     evict_on_demand: bool = True
-
-
-def tokens_needed(page_size: int, start: int, end: int) -> int:
-    """Slots the allocator hands out for positions `[start, end)`: whole pages past the page `start` is on."""
-    return ceil_align(end, page_size) - ceil_align(start, page_size)
+    evictions: list[tuple[int, int]] = field(default_factory=list)
 
 
 def evict_from_tree_cache(pools: Pools, num_tokens: int) -> None:
     """Evict only the shortfall of `num_tokens` against what the allocator has free (a no-op without a tree)."""
     shortfall = num_tokens - pools.allocator.available_size()
     if pools.evict_on_demand and shortfall > 0:
-        pools.cache.evict(shortfall)
+        pools.evictions.append((shortfall, pools.cache.evict(shortfall)))
 
 
 def alloc_for_extend(pools: Pools, req: Req, seq_len: int) -> int:

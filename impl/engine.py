@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import torch
 
@@ -26,7 +25,6 @@ from impl.allocation import (
     alloc_for_extend,
     alloc_for_spec_decode,
     evict_from_tree_cache,
-    tokens_needed,
 )
 from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
@@ -45,139 +43,40 @@ from impl.release import (
     reset_for_retract,
 )
 from impl.req_pool import ContractViolation, ReqToTokenPool
+from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
+from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 
 T = TypeVar("T")
 
-CACHES = ("chunk", "radix")
-ROW_POOLS = ("req", "decode")
-MAX_PAGE_SIZE = 64
 # SGLANG_RETRACT_DECODE_STEPS: a retraction evicts this many tree tokens per request still running.
 RETRACT_DECODE_STEPS = 20
-_PAGE_SIZES = tuple(1 << k for k in range(MAX_PAGE_SIZE.bit_length()))
 
 
-class Refused(Exception):
-    """The target declined the call and changed nothing."""
-
-
-@dataclass(frozen=True)
-class PoolConfig:
-    """One pool. `rows` excludes the padding row (and the pre-allocation rows); `tokens` excludes padding.
-
-    `page_size` 1 uses `TokenToKVPoolAllocator`, a larger power of two `PagedTokenToKVPoolAllocator` whose slot
-    math runs on `kernel_backend`. `row_pool` 'decode' is the PD-decode row pool with `pre_alloc_size` extra rows.
-    Without `evict_on_demand`, allocations and retractions never evict the tree; only `evict` does.
-    """
-
-    rows: int = 4
-    tokens: int = 64
-    width: int = 32
-    page_size: int = 1
-    cache: str = "chunk"
-    device: str = "cpu"
-    need_sort: bool = False
-    speculative: bool = False
-    row_pool: str = "req"
-    pre_alloc_size: int = 0
-    kernel_backend: str = "torch"
-    evict_on_demand: bool = True
-
-    def __post_init__(self) -> None:
-        problem = _config_problem(self)
-        if problem:
-            raise ValueError(problem)
-
-
-def _config_problem(c: PoolConfig) -> str | None:
-    """Why the pool cannot be built, or None."""
-    checks = [
-        (1 <= c.rows <= 1 << 20, f"rows must be in [1, 2^20], got {c.rows}"),
-        (1 <= c.tokens <= 1 << 24, f"tokens must be in [1, 2^24], got {c.tokens}"),
-        (1 <= c.width <= 1 << 20, f"width must be in [1, 2^20], got {c.width}"),
-        (c.page_size in _PAGE_SIZES, f"page_size must be a power of two up to {MAX_PAGE_SIZE}, got {c.page_size}"),
-        (c.tokens % c.page_size == 0, f"tokens {c.tokens} is not a whole number of pages of {c.page_size}"),
-        (c.cache in CACHES, f"cache must be one of {CACHES}, got {c.cache!r}"),
-        (c.device in ("cpu", "cuda"), f"device must be 'cpu' or 'cuda', got {c.device!r}"),
-        (c.row_pool in ROW_POOLS, f"row_pool must be one of {ROW_POOLS}, got {c.row_pool!r}"),
-        (c.pre_alloc_size >= 0, f"pre_alloc_size must be non-negative, got {c.pre_alloc_size}"),
-        (c.row_pool == "decode" or c.pre_alloc_size == 0, "pre_alloc_size needs row_pool 'decode'"),
-        (c.kernel_backend in BACKENDS, f"kernel_backend must be one of {BACKENDS}, got {c.kernel_backend!r}"),
-    ]
-    return next((message for ok, message in checks if not ok), None)
-
-
-@dataclass(frozen=True)
-class RecordView:
-    """One request's record and scheduler status, as plain values.
-
-    `prefix_len` is `len(prefix_indices)`; `tree_locked` says the request holds a lock on a tree node below
-    the root; `extend_end` is `extend_range.end`; `prompt_len` None is an open-ended prompt.
-    """
-
-    row: int | None
-    protected_len: int
-    committed_len: int
-    allocated_len: int
-    inflight_middle_chunks: int
-    status: str
-    prefix_len: int = 0
-    tree_locked: bool = False
-    extend_end: int = 0
-    prompt_len: int | None = None
-
-
-def _empty() -> torch.Tensor:
-    return torch.empty(0, dtype=torch.int64)
-
-
-@dataclass(frozen=True)
-class PoolSnapshot:
-    """The observable state of a pool after a step: plain values, and tensors for bulk data.
-
-    `free_slots` / `release_slots` are the allocator's `free_pages` / `release_pages`: slot ids when
-    `page_size` is 1, page ids otherwise. `row_slots` holds each holding record's row `[0, A)` (tree slots
-    of `[0, P)` included); `tree_slots` every slot the tree owns; `req_to_token` the whole row table.
-    """
-
-    rows_total: int
-    width: int
-    tokens_total: int
-    page_size: int
-    free_rows: list[int]
-    row_generation: list[int]
-    records: dict[int, RecordView]
-    row_slots: dict[int, list[int]] = field(default_factory=dict)
-    free_slots: torch.Tensor = field(default_factory=_empty)
-    release_slots: torch.Tensor = field(default_factory=_empty)
-    evictable_size: int = 0
-    protected_size: int = 0
-    cache: str = "chunk"
-    speculative: bool = False
-    num_pages: int = 0
-    tree_slots: torch.Tensor = field(default_factory=_empty)
-    evictable_recount: int = 0
-    protected_recount: int = 0
-    req_to_token: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 0), dtype=torch.int32))
-
-
-@dataclass(frozen=True)
-class _ExtendPlan:
-    """One extend, worked out before anything changes: positions `[start, seq_len)` are computed, towards
-    `prompt_len`. `match_limit` is set for an admission (a fresh prefix match capped there); `locking` counts
-    the evictable tokens that match will lock; `new_row` says whether a row is taken.
-    """
-
-    start: int
-    seq_len: int
-    prompt_len: int | None
-    match_limit: int | None
-    locking: int
-    new_row: bool
-
-
-class ReferencePool:
+class ReferencePool(SchedulerGlue[Req]):
     """The reference pool: row pool + token or page allocator + chunk cache or radix tree, driven as a scheduler
     would drive them for one request at a time."""
+
+    OPS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "admit",
+            "extend",
+            "decode",
+            "spec_prepare",
+            "spec_commit",
+            "finish",
+            "pp_release",
+            "pp_release_manual",
+            "retract",
+            "abort",
+            "offload_release",
+            "evict",
+            "flush",
+            "pd_prealloc",
+            "reuse_released",
+            "release_again",
+            "free_row",
+        }
+    )
 
     def __init__(self, config: PoolConfig, faults: FaultSet = NO_FAULTS):
         if config.device == "cuda" and not torch.cuda.is_available():
@@ -205,7 +104,7 @@ class ReferencePool:
             raise Refused(f"request {rid} already exists")
         if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
             raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
-        req = _new_req(rid, prompt_len, family)
+        req = self._new_entry(rid, prompt_len, family)
         row = self._extend(req, extend_len)
         self.reqs[rid] = req
         return row
@@ -222,14 +121,9 @@ class ReferencePool:
 
     def decode(self, rid: int) -> None:
         """One non-speculative decode step: one slot (a new page when it starts one) at `kv_committed_len`."""
-        req = self._ready_to_decode(rid)
-        kv = req.kv
-        if kv.kv_committed_len != kv.kv_allocated_len:
-            raise Refused(f"request {rid} has draft slots [C, A); a speculative commit consumes them")
-        seq_len = kv.kv_committed_len
-        if seq_len + 1 > self.config.width:
-            raise Refused(f"request {rid} would decode past the row width {self.config.width}")
-        self._check_capacity(0, seq_len, seq_len + 1)
+        req, view = self._decode_view(rid)
+        seq_len = view.committed_len
+        self._check_capacity(0, tokens_needed(self.config.page_size, seq_len, seq_len + 1))
         self._contract(lambda: alloc_for_decode(self.pools, req))
         req.fill_ids = [*req.fill_ids[:seq_len], output_token(rid, seq_len)]
         req.status = ReqStatus.DECODING
@@ -248,7 +142,7 @@ class ReferencePool:
         next_len = max(kv.kv_allocated_len, want)
         if next_len > self.config.width:
             raise Refused(f"request {rid} would reserve past the row width {self.config.width}")
-        self._check_capacity(0, kv.kv_allocated_len, next_len)
+        self._check_capacity(0, tokens_needed(self.config.page_size, kv.kv_allocated_len, next_len))
         if next_len > kv.kv_allocated_len:
             self._contract(lambda: alloc_for_spec_decode(self.pools, req, next_len))
         req.status = ReqStatus.DECODING
@@ -380,8 +274,8 @@ class ReferencePool:
             raise Refused(f"request {rid} already exists")
         if not 1 <= fill_len <= self.config.width:
             raise Refused(f"fill length {fill_len} is not in [1, row width {self.config.width}]")
-        req = _new_req(rid, fill_len, family)
-        self._check_capacity(1, 0, fill_len)
+        req = self._new_entry(rid, fill_len, family)
+        self._check_capacity(1, tokens_needed(self.config.page_size, 0, fill_len))
         row = self._contract(lambda: alloc_for_decode_prealloc(self.pools, req, fill_len))
         req.extend_range_end = fill_len
         req.status = ReqStatus.DECODING
@@ -428,20 +322,6 @@ class ReferencePool:
 
     # -- observation ------------------------------------------------------------------------------------
 
-    def peek_prefix(self, family: int, prompt_len: int) -> int:
-        """The prefix an admission of a `prompt_len`-token prompt of `family` would match now (read-only)."""
-        req = _new_req(-1, prompt_len, family)
-        return self._peek_match(req.tokens(_match_limit(self.config.width, prompt_len, 1)))[0]
-
-    def peek_prefix_of(self, rid: int, extend_len: int = 1) -> int:
-        """Where `extend(rid, extend_len)` would start computing: a continuation's stashed prefix, or the prefix a
-        re-admission would match now (read-only; an open-ended prompt's match depends on `extend_len`)."""
-        req = self._get(rid)
-        if req.kv.holds_kv or req.kv.kv_allocated_len > 0:
-            return req.prefix_indices.numel()
-        target = None if req.prompt_len is None else len(req.fill_ids)
-        return self._peek_match(req.tokens(_match_limit(self.config.width, target, extend_len)))[0]
-
     def clone(self) -> ReferencePool:
         """An independent copy of the whole pool (the release-path differential runs each path on one).
 
@@ -460,6 +340,12 @@ class ReferencePool:
             else:
                 dispatch[torch.Tensor] = saved
 
+    def take_evictions(self) -> list[Eviction]:
+        """The on-demand evictions made since the last take (the explicit `evict` step is not one)."""
+        taken = [Eviction(asked, evicted) for asked, evicted in self.pools.evictions]
+        self.pools.evictions.clear()
+        return taken
+
     def snapshot(self) -> PoolSnapshot:
         """The pool's observable state now (copies: later steps do not change it)."""
         pool, tree = self.req_to_token_pool, self.tree
@@ -470,6 +356,7 @@ class ReferencePool:
             if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= rows_total
         }
         evictable, protected = tree.recount_sizes() if tree is not None else (0, 0)
+        empty = torch.empty(0, dtype=torch.int64, device=self.config.device)
         return PoolSnapshot(
             rows_total=rows_total,
             width=pool.max_context_len,
@@ -486,7 +373,8 @@ class ReferencePool:
             cache=self.config.cache,
             speculative=self.config.speculative,
             num_pages=self.config.tokens // self.config.page_size,
-            tree_slots=tree.owned_slots() if tree is not None else _empty().to(self.config.device),
+            tree_slots=tree.owned_slots() if tree is not None else empty,
+            evictable_slots=tree.owned_slots(unlocked_only=True) if tree is not None else empty,
             evictable_recount=evictable,
             protected_recount=protected,
             req_to_token=pool.req_to_token.clone(),
@@ -494,43 +382,11 @@ class ReferencePool:
 
     # -- internals --------------------------------------------------------------------------------------
 
-    def _get(self, rid: int) -> Req:
-        req = self.reqs.get(rid)
-        if req is None:
-            raise Refused(f"no request {rid}")
-        return req
-
-    def _running(self, rid: int) -> Req:
-        req = self._get(rid)
-        if req.status not in (ReqStatus.RUNNING, ReqStatus.DECODING):
-            raise Refused(f"request {rid} is {req.status.value}, not running")
-        return req
-
-    def _ready_to_decode(self, rid: int) -> Req:
-        """A running request on a row whose prompt is all in KV (an open-ended prompt ends here)."""
-        req = self._running(rid)
-        if not req.kv.holds_kv:
-            raise Refused(f"request {rid} holds no row to decode into")
-        if req.prompt_len is not None and req.kv.kv_committed_len < req.prompt_len:
-            raise Refused(f"request {rid} is mid-prefill ({req.kv.kv_committed_len} of {req.prompt_len} tokens)")
-        return req
-
     def _contract(self, call: Callable[[], T]) -> T:
         try:
             return call()
         except ContractViolation as exc:
             raise Refused(f"contract assert: {exc}") from exc
-
-    def _check_capacity(self, rows: int, start: int, end: int, locking: int = 0) -> None:
-        """Refuse unless `rows` rows are free and positions `[start, end)` fit in the free slots plus what the
-        tree could evict (on demand) once `locking` more of its tokens are locked."""
-        if rows > self.req_to_token_pool.available_size():
-            raise Refused("no free row")
-        need = tokens_needed(self.config.page_size, start, end)
-        free = self.allocator.available_size()
-        evictable = self.cache.evictable_size() - locking if self.config.evict_on_demand else 0
-        if need > free + evictable:
-            raise Refused(f"{need} slots asked for, {free} free and {evictable} evictable")
 
     def _release(self, req: Req, is_insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group when it runs in a result-processing pass as upstream's does."""
@@ -545,30 +401,11 @@ class ReferencePool:
             req.last_node = None  # the lock went back with the release; the scheduler drops the handle
 
     def _extend(self, req: Req, extend_len: int) -> int:
-        plan = self._plan_extend(req, extend_len)
-        self._check_capacity(int(plan.new_row), plan.start, plan.seq_len, plan.locking)
+        plan = self._plan_extend(req, extend_len, req.rid)
+        self._check_extend_capacity(plan)
         return self._contract(lambda: self._run_extend(req, plan))
 
-    def _plan_extend(self, req: Req, extend_len: int) -> _ExtendPlan:
-        """Where the extend starts and ends; refuses what the scheduler would not schedule."""
-        width, kv = self.config.width, req.kv
-        if not 1 <= extend_len <= width:
-            raise Refused(f"extend length {extend_len} is not in [1, row width {width}]")
-        target, match_limit, locking = req.prompt_len, None, 0
-        if kv.holds_kv or kv.kv_allocated_len > 0:
-            start = req.prefix_indices.numel()  # a continuation extends its stashed prefix
-        else:
-            target = None if target is None else len(req.fill_ids)  # a re-admission recomputes its outputs
-            match_limit = _match_limit(width, target, extend_len)
-            start, locking = self._peek_match(req.tokens(match_limit))
-        if target is not None and start >= target:
-            raise Refused(f"request {req.rid} has its whole prompt in KV; it decodes next")
-        seq_len = start + extend_len if target is None else min(start + extend_len, target)
-        if seq_len > width:
-            raise Refused(f"request {req.rid} would extend past the row width {width}")
-        return _ExtendPlan(start, seq_len, target, match_limit, locking, new_row=not kv.holds_kv)
-
-    def _run_extend(self, req: Req, plan: _ExtendPlan) -> int:
+    def _run_extend(self, req: Req, plan: ExtendPlan) -> int:
         """`init_next_round_input` + lock (admission only), `alloc_for_extend`, then the stash of the result."""
         if plan.match_limit is not None:
             self._match_and_lock(req, plan.match_limit)
@@ -589,26 +426,54 @@ class ReferencePool:
             self.req_to_token_pool.free(req)  # before #17850 the row went back at the stash, retaken next chunk
         return row
 
-    def _match_and_lock(self, req: Req, match_limit: int) -> None:
+    def _match_and_lock(self, req: Req, limit: int) -> None:
         """The admission's prefix match: `prefix_indices`, `last_node`, `cache_protected_len`, and the lock."""
-        req.prefix_indices = _empty().to(self.config.device)
+        req.prefix_indices = torch.empty(0, dtype=torch.int64, device=self.config.device)
         req.last_node = None
         req.kv.cache_protected_len = 0
         if self.tree is None:
             return
-        prefix, node = self.tree.match_prefix(req.tokens(match_limit))
+        prefix, node = self.tree.match_prefix(req.tokens(limit))
         self.tree.inc_lock_ref(node)
         if self.faults.on("double_lock_on_chunk_retry"):
             self.tree.inc_lock_ref(node)  # #20476: a rejected attempt's lock was kept and taken again on retry
         req.prefix_indices, req.last_node = prefix, node
         req.kv.cache_protected_len = prefix.numel()
 
-    def _peek_match(self, token_ids: list[int]) -> tuple[int, int]:
-        """The length `match_prefix` would return and how many of those tokens are unlocked, read without
+    def _peek_tokens(self, token_ids: list[int]) -> tuple[int, frozenset[int]]:
+        """The length `match_prefix` would return and the slots of those tokens on unlocked nodes, read without
         splitting a node or touching access times, so that a refused admission leaves the tree as it was."""
         if self.tree is None:
-            return 0, 0
+            return 0, frozenset()
         return _peek_prefix(self.tree, token_ids)
+
+    # -- what the scheduler glue asks --------------------------------------------------------------------
+
+    def _view(self, entry: Req) -> RecordView:
+        return self._record_view(entry)
+
+    def _known_len(self, entry: Req) -> int:
+        return len(entry.fill_ids)
+
+    def _peek_match(self, entry: Req, limit: int) -> tuple[int, frozenset[int]]:
+        return self._peek_tokens(entry.tokens(limit))
+
+    def _free_row_count(self) -> int:
+        return self.req_to_token_pool.available_size()
+
+    def _free_slot_count(self) -> int:
+        return self.allocator.available_size()
+
+    def _evictable_slot_count(self) -> int:
+        return self.cache.evictable_size()
+
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> Req:
+        """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
+        if family < 0:
+            raise Refused(f"family must be non-negative, got {family}")
+        req = Req(rid, prompt_len=prompt_len, family=family)
+        req.fill_ids = req.tokens(prompt_len or 0)
+        return req
 
     def _record_view(self, req: Req) -> RecordView:
         kv = req.kv
@@ -628,28 +493,12 @@ class ReferencePool:
         )
 
 
-def _match_limit(width: int, prompt_len: int | None, extend_len: int) -> int:
-    """How far an admission may match: one prompt token short of the prompt's end, so one is computed; on an
-    open-ended prompt, room for the chunk in the row."""
-    limit = width - extend_len if prompt_len is None else prompt_len - 1
-    return max(limit, 0)
-
-
-def _new_req(rid: int, prompt_len: int | None, family: int) -> Req:
-    """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
-    if family < 0:
-        raise Refused(f"family must be non-negative, got {family}")
-    req = Req(rid, prompt_len=prompt_len, family=family)
-    req.fill_ids = req.tokens(prompt_len or 0)
-    return req
-
-
-def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, int]:
-    """(matched length, unlocked tokens on the matched path) of `token_ids` cut to whole pages."""
+def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, frozenset[int]]:
+    """(matched length, slots of the matched path on unlocked nodes) of `token_ids` cut to whole pages."""
     ps = tree.page_size
     key = token_ids[: len(token_ids) - len(token_ids) % ps]
     node: TreeNode = tree.root
-    matched = unlocked = 0
+    matched, unlocked = 0, set[int]()
     while matched < len(key):
         child = node.children.get(tuple(key[matched : matched + ps]))
         if child is None:
@@ -660,12 +509,13 @@ def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, int]:
                 break
             common += 1
         common -= common % ps  # a page matches only in full
-        unlocked += common if child.lock_ref == 0 else 0
+        if child.lock_ref == 0:
+            unlocked.update(child.value[:common].tolist())
         matched += common
         if common < len(child.key):
             break
         node = child
-    return matched, unlocked
+    return matched, frozenset(unlocked)
 
 
 def _row_pool(config: PoolConfig, faults: FaultSet) -> ReqToTokenPool:

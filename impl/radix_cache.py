@@ -169,9 +169,9 @@ class RadixCache(RowRelease):
         protected = sum(len(n.key) for n in self._nodes() if n.lock_ref > 0)
         return evictable, protected
 
-    def owned_slots(self) -> torch.Tensor:
-        """Every KV slot the tree owns, one entry per cached token."""
-        values = [n.value for n in self._nodes()]
+    def owned_slots(self, unlocked_only: bool = False) -> torch.Tensor:
+        """Every KV slot the tree owns (only those on unlocked nodes with `unlocked_only`), one per cached token."""
+        values = [n.value for n in self._nodes() if not unlocked_only or n.lock_ref == 0]
         return torch.cat(values) if values else self._empty()
 
     # -- the release interface ------------------------------------------------------------------------------

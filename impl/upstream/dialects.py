@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import dataclasses
 import functools
 import importlib.metadata
 import types
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from impl.engine import RecordView
+from impl.target import PoolConfig, RecordView
 from impl.upstream.compat import prepare_sglang_import
 
 SUPPORTED_VERSIONS = ("0.5.18", "0.5.23")
@@ -124,12 +125,15 @@ class Dialect(abc.ABC):
             [req], pool, allocator, cache, _model_config(), False, self.no_speculation
         )
 
-    def save_request(self, req: Any) -> Callable[[], None]:
-        """A closure that puts back the fields an extend writes before upstream allocates, for a refused extend."""
+    def save_request(self, req: Any, cache: Any) -> Callable[[], None]:
+        """A closure that puts back what an extend's glue wrote before upstream allocated (the request's fields,
+        and the lock its fresh match took), for an extend refused there."""
         saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
-        protected_len = self.protected_len(req)
+        protected_len, handle = self.protected_len(req), self.lock_handle(req)
 
         def restore() -> None:
+            if self.lock_handle(req) is not handle:
+                self.unlock(req, cache)
             for name, value in saved.items():
                 setattr(req, name, value)
             self.set_protected_len(req, protected_len)
@@ -140,13 +144,50 @@ class Dialect(abc.ABC):
         """What the result processor's finish check leaves on a request that ran out of length."""
         req.finished_reason = self.schedule_batch.FINISH_LENGTH(length=len(req.output_ids))
 
+    # -- the prefix cache --------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def new_cache(self, pool: Any, allocator: Any, config: PoolConfig) -> Any:
+        """The prefix cache sglang builds for `config.cache`: with the radix tree disabled ('chunk'), or its
+        default radix tree ('radix', on `config.tree_core` where the version has tree cores)."""
+
+    @abc.abstractmethod
+    def lock(self, req: Any, cache: Any) -> None:
+        """PrefillAdder's lock on the node a fresh match ended at (`add_one_req`)."""
+
+    @abc.abstractmethod
+    def unlock(self, req: Any, cache: Any) -> None:
+        """Undo `lock`, for an extend refused after its match (the scheduler would not have admitted it)."""
+
+    @abc.abstractmethod
+    def lock_handle(self, req: Any) -> Any:
+        """What the request holds its tree lock by (0.5.23 `req.lock`, 0.5.18 `req.last_node`)."""
+
+    @abc.abstractmethod
+    def tree_locked(self, req: Any, cache: Any) -> bool:
+        """Whether the request holds a lock on a tree node below the root."""
+
+    @abc.abstractmethod
+    def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
+        """The length a fresh match of `token_ids` would find, and the slots of the matched path that sit on
+        unlocked nodes, read without splitting a node or touching access times."""
+
+    @abc.abstractmethod
+    def tree_view(self, cache: Any) -> TreeView:
+        """The cache's slots, recount and own consistency check (`EMPTY_TREE` for a disabled tree)."""
+
+    @abc.abstractmethod
+    def watch_evictions(self, cache: Any, allocator: Any, on_demand: bool) -> EvictionLog:
+        """Hooks on this cache instance that log every on-demand eviction (or, without `on_demand`, stop it);
+        the explicit `evict` goes around them."""
+
+    @abc.abstractmethod
+    def evict(self, cache: Any, num_tokens: int) -> int:
+        """The tree's `evict(EvictParams(num_tokens))`, as an explicit step; the tokens it freed."""
+
     @abc.abstractmethod
     def select_kernels(self, paged: Any, kernels: bool) -> None:
         """Point the paged allocator at its Triton kernels or its naive path (refused where the version cannot)."""
-
-    @abc.abstractmethod
-    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
-        """The prefix cache sglang builds with the radix tree disabled."""
 
     @abc.abstractmethod
     def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
@@ -174,13 +215,14 @@ class Dialect(abc.ABC):
         """Write `cache_protected_len` back (a refused extend's rematch may have set it)."""
 
     @abc.abstractmethod
-    def record_view(self, req: Any, status: str, prompt_len: int | None) -> RecordView:
-        """The record and the request's prefix and extend range as plain values (no tree, so no lock)."""
+    def record_view(self, req: Any, cache: Any, status: str, prompt_len: int | None) -> RecordView:
+        """The record, the request's prefix, extend range and tree lock as plain values."""
 
     @abc.abstractmethod
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
-        """The scheduler's steps before `prepare_for_extend`: match the prefix afresh (a new or released
-        request) or refresh the fill ids only (a continuation), then set the extend range to end at `seq_len`."""
+        """The scheduler's steps before `prepare_for_extend`: match the prefix afresh and lock it (a new or
+        released request) or refresh the fill ids only (a continuation), then set the extend range to end at
+        `seq_len`."""
 
     @abc.abstractmethod
     def stash(self, req: Any, cache: Any) -> None:
@@ -193,6 +235,38 @@ class Dialect(abc.ABC):
     @abc.abstractmethod
     def pp_release_manual(self, req: Any, cache: Any) -> None:
         """The hand-written PP-profiling release that `release_kv_cache` replaced."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeView:
+    """What the snapshot reads of a prefix cache: its slots (all, and those on unlocked nodes), the token
+    counts a node-by-node recount gives, and the complaint of the tree's own consistency check (None: none)."""
+
+    slots: torch.Tensor
+    evictable_slots: torch.Tensor
+    evictable_recount: int
+    protected_recount: int
+    problem: str | None = None
+
+
+def slot_tensor(slots: list[int]) -> torch.Tensor:
+    return torch.tensor(slots, dtype=torch.int64)
+
+
+EMPTY_TREE = TreeView(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64), 0, 0)
+
+
+class EvictionLog:
+    """The tree's on-demand evictions as (tokens asked, tokens freed), appended by the hooks `watch_evictions`
+    installs on one cache instance; `enabled` False turns on-demand eviction off there."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.entries: list[tuple[int, int]] = []
+
+    def take(self) -> list[tuple[int, int]]:
+        taken, self.entries = self.entries, []
+        return taken
 
 
 def _model_config() -> types.SimpleNamespace:

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from impl.engine import PoolConfig, PoolSnapshot, Refused
+from impl.target import PoolConfig, PoolSnapshot, Refused
 from impl.upstream.dialects import UnsupportedUpstream
 from impl.upstream.target import SglangPool
 

@@ -1,27 +1,27 @@
-"""The upstream target: SGLang's own row pool, token allocator, chunk cache and release path, driven as its
-scheduler drives them, behind the same interface as `impl.engine.ReferencePool`.
+"""The upstream target: SGLang's own row pool, token allocator, prefix cache (the chunk cache or the radix tree)
+and release path, driven as its scheduler drives them, behind `impl.target.Target`.
 
 The adapter translates calls and observations; the pool behaviour is upstream's. Each extend runs upstream's
-`Req.init_next_round_input` and `ScheduleBatch.prepare_for_extend` (row, slots, row write, record lengths)
-and its stash, each decode `ScheduleBatch.prepare_for_decode`, each release `release_kv_cache`, and the
-negative steps call `ReqToTokenPool.free` and `release_kv_cache` directly. The glue is what the scheduler does
-around those calls, worked out as the reference does it: admission checks (capacity, row width, prompt end),
-the extend range, the sampled token, the finish reason, the result pass's free group and the request status.
-An upstream assert on a call becomes `Refused`.
+`Req.init_next_round_input` (with the tree: the prefix match) and the admission lock, then
+`ScheduleBatch.prepare_for_extend` (row, slots, row write, record lengths) and its stash; each decode
+`ScheduleBatch.prepare_for_decode`; each release `release_kv_cache`; eviction the tree's own `evict`, and, with
+on-demand eviction, whatever allocation evicts through upstream's hooks. The negative steps call
+`ReqToTokenPool.free` and `release_kv_cache` directly. The glue is what the scheduler does around those calls
+(`impl.scheduler`: admission checks, the extend range), plus the sampled token, the finish reason, the result
+pass's free group and the request status. An upstream assert on a call becomes `Refused`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
-
-from impl.allocation import tokens_needed
-from impl.engine import PoolConfig, PoolSnapshot, Refused
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
+from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
+from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
 
 # The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
@@ -41,17 +41,6 @@ class _Request:
     batch: Any = None  # the ScheduleBatch of its last extend or decode, which the next decode continues
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """One extend, worked out before anything changes: positions `[start, seq_len)`, towards `prompt_len`;
-    `rematch` says the prefix is matched afresh (a new or released request), which takes a new row."""
-
-    start: int
-    seq_len: int
-    prompt_len: int | None
-    rematch: bool
-
-
 def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
     """Why the upstream target cannot build this pool, or None. Reads the installed sglang version from package
     metadata only (no import); without sglang the version-specific check is left to `load_dialect`."""
@@ -64,10 +53,9 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
         ),
-        (config.cache == "chunk", f"the upstream target drives the chunk cache only, got {config.cache!r}"),
         (not config.speculative, "the upstream target does not drive speculative decoding"),
         (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
-        # Last: `fuzz.lockstep.retarget` switches to Triton when this is the only problem.
+        # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
         (
             config.page_size == 1 or config.kernel_backend == "triton" or naive,
             f"sglang {version}'s paged allocator always launches its Triton kernels; use kernel_backend 'triton'",
@@ -76,12 +64,23 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
     return next((message for ok, message in checks if not ok), None)
 
 
-class SglangPool:
-    """Upstream SGLang's `ReqToTokenPool` + `TokenToKVPoolAllocator` (page size 1) or
-    `PagedTokenToKVPoolAllocator` + chunk cache, for the installed version."""
+def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Record each call of an op (refused or not) so that `clone` can replay it on a fresh pool."""
 
-    # The lockstep ops this target implements (`fuzz.lockstep` names); configs it cannot build: `_unsupported`.
-    OPS: frozenset[str] = frozenset(
+    def call(self: SglangPool, *args: Any, **kwargs: Any) -> Any:
+        self._calls.append((method.__name__, args, kwargs))
+        return method(self, *args, **kwargs)
+
+    call.__name__, call.__doc__ = method.__name__, method.__doc__
+    return call
+
+
+class SglangPool(SchedulerGlue[_Request]):
+    """Upstream SGLang's `ReqToTokenPool` + `TokenToKVPoolAllocator` (page size 1) or
+    `PagedTokenToKVPoolAllocator` + the chunk cache or radix tree of the installed version."""
+
+    # The lockstep ops this target implements; configs it cannot build: `_unsupported`.
+    OPS: ClassVar[frozenset[str]] = frozenset(
         {
             "admit",
             "extend",
@@ -91,6 +90,7 @@ class SglangPool:
             "pp_release_manual",
             "retract",
             "abort",
+            "evict",
             "flush",
             "reuse_released",
             "release_again",
@@ -108,46 +108,56 @@ class SglangPool:
         self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
         kernels = config.kernel_backend == "triton"
         self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort, config.page_size, kernels)
-        self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config.page_size)
+        self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config)
+        self.evictions = self.dialect.watch_evictions(self.cache, self.allocator, config.evict_on_demand)
         self.reqs: dict[int, _Request] = {}
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     # -- prefill ---------------------------------------------------------------------------------------------
 
+    @_logged
     def admit(self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0) -> int:
         """A new request's first extend; with `prompt_len` the whole prompt is known and the extend stops at it."""
         if rid in self.reqs:
             raise Refused(f"request {rid} already exists")
         if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
             raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
-        entry = self._new_request(rid, prompt_len, family)
-        row = self._extend(entry, extend_len)
+        if prompt_len is None and self.config.cache == "radix":
+            # Upstream matches the tokens a request has; an open-ended prompt has them only once extended.
+            raise Refused("an open-ended prompt cannot be admitted to the radix tree")
+        entry = self._new_entry(rid, prompt_len, family)
+        row = self._extend(entry, extend_len, rid)
         self.reqs[rid] = entry
         return row
 
+    @_logged
     def extend(self, rid: int, extend_len: int) -> int:
         """The next extend: a chunk continuation keeps its row; a released request is re-admitted on a new one."""
         entry = self._get(rid)
         if entry.status is ReqStatus.DECODING:
             raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
-        return self._extend(entry, extend_len)
+        return self._extend(entry, extend_len, rid)
 
     # -- decode ----------------------------------------------------------------------------------------------
 
+    @_logged
     def decode(self, rid: int) -> None:
         """One non-speculative decode step: upstream's `prepare_for_decode`, then the sampled token appended."""
-        entry = self._ready_to_decode(rid)
-        view = self.dialect.record_view(entry.req, entry.status.value, entry.prompt_len)
-        if view.committed_len != view.allocated_len:
-            raise Refused(f"request {rid} has draft slots [C, A); a speculative commit consumes them")
-        if view.committed_len + 1 > self.config.width:
-            raise Refused(f"request {rid} would decode past the row width {self.config.width}")
-        self._check_slots(view.committed_len, view.committed_len + 1)
+        entry, view = self._decode_view(rid)
+        self._check_capacity(0, tokens_needed(self.config.page_size, view.committed_len, view.committed_len + 1))
         self._upstream(entry.batch.prepare_for_decode)
         entry.req.output_ids.append(output_token(rid, view.committed_len))
         entry.status = ReqStatus.DECODING
 
+    def spec_prepare(self, rid: int, reserve: int) -> None:
+        raise Refused("the upstream target does not drive speculative decoding")
+
+    def spec_commit(self, rid: int, accepted: int) -> None:
+        raise Refused("the upstream target does not drive speculative decoding")
+
     # -- release ---------------------------------------------------------------------------------------------
 
+    @_logged
     def finish(self, rid: int) -> None:
         """The request finished: its finish reason, then `release_kv_cache` with insertion in a free group."""
         entry = self._running(rid)
@@ -161,18 +171,21 @@ class SglangPool:
             raise
         self._retire(entry)
 
+    @_logged
     def pp_release(self, rid: int) -> None:
         """PP-profiling release after PR #37167: `release_kv_cache` without insertion."""
         entry = self._running(rid)
         self._release(entry.req, insert=False, grouped=False)
         self._retire(entry)
 
+    @_logged
     def pp_release_manual(self, rid: int) -> None:
         """PP-profiling release as hand-written before PR #37167 (the dialects give the exact steps)."""
         entry = self._running(rid)
         self._upstream(lambda: self.dialect.pp_release_manual(entry.req, self.cache))
         self._retire(entry)
 
+    @_logged
     def retract(self, rid: int) -> None:
         """Retraction: the scheduler's `release_req` (release without insert, eviction for the requests still
         running, `reset_for_retract`); the request waits to be re-admitted with its outputs as prompt."""
@@ -182,9 +195,10 @@ class SglangPool:
             lambda: self.dialect.retract(entry.req, self.req_to_token_pool, self.allocator, self.cache, others)
         )
         if entry.prompt_len is not None:
-            entry.prompt_len = len(entry.req.origin_input_ids) + len(entry.req.output_ids)
+            entry.prompt_len = self._known_len(entry)
         entry.status, entry.batch = ReqStatus.WAITING, None
 
+    @_logged
     def abort(self, rid: int) -> None:
         """Abort, as the scheduler takes it where the request is: a waiting one leaves the queue without a
         release; one mid-prefill on a row takes the pending chunked abort (`prepare_abort`, `release_kv_cache`
@@ -204,69 +218,83 @@ class SglangPool:
             raise
         self._retire(entry)
 
+    def offload_release(self, rid: int, sentinel: int = 0) -> None:
+        raise Refused("the upstream target does not drive the decode-offload release")
+
     # -- pool maintenance --------------------------------------------------------------------------------
 
+    @_logged
+    def evict(self, num_tokens: int) -> int:
+        """The tree's own eviction of `num_tokens` (`evict(EvictParams)`); the chunk cache evicts nothing."""
+        if num_tokens < 0:
+            raise Refused(f"cannot evict a negative number of tokens ({num_tokens})")
+        return self.dialect.evict(self.cache, num_tokens)
+
+    @_logged
     def flush(self) -> None:
         """The scheduler's idle `flush_cache`: `tree_cache.reset()`, `req_to_token_pool.clear()`, the
         allocator's `clear()`; refused unless every request finished and holds no row (`is_fully_idle`)."""
-        busy = sorted(rid for rid, e in self.reqs.items() if e.status is not ReqStatus.FINISHED or self._holds(e))
-        if busy:
-            raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
+        self._check_idle()
         self.dialect.flush(self.req_to_token_pool, self.allocator, self.cache)
+
+    def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int:
+        raise Refused("the upstream target does not drive PD-decode pre-allocation")
 
     # -- calls the contract forbids (the harness's negative steps) ---------------------------------------
 
+    @_logged
     def release_again(self, rid: int) -> None:
         """Call `release_kv_cache` directly, whatever the scheduler thinks of the request."""
         self._release(self._get(rid).req, insert=False, grouped=False)
 
+    @_logged
     def free_row(self, rid: int) -> None:
         """Call `ReqToTokenPool.free` directly (a second free of a released record must be refused)."""
         req = self._get(rid).req
         self._upstream(lambda: self.req_to_token_pool.free(req))
 
+    @_logged
     def reuse_released(self, rid: int, stale_row: int, extend_len: int) -> int:
         """A released record re-enters `alloc` still naming its old row, as a bypassed free leaves it."""
-        req = self._get(rid).req
-        if self.dialect.row(req) is not None:
+        entry = self._get(rid)
+        if self.dialect.row(entry.req) is not None:
             raise Refused(f"request {rid} still holds a row; nothing stale to reuse")
         if not 1 <= stale_row <= self.config.rows:
             raise Refused(f"row {stale_row} is not a row of this pool")
-        self.dialect.set_row(req, stale_row)
+        self.dialect.set_row(entry.req, stale_row)
         try:
-            return self.extend(rid, extend_len)
+            if entry.status is ReqStatus.DECODING:
+                raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
+            return self._extend(entry, extend_len, rid)
         except Refused:
-            self.dialect.set_row(req, None)
+            self.dialect.set_row(entry.req, None)
             raise
 
     # -- observation ------------------------------------------------------------------------------------
 
-    def admission_prefix(self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0) -> int:
-        """The position the next `admit` (unknown `rid`) or `extend` would start computing at. Read-only;
-        refused as the call would be for its lengths."""
-        entry = self.reqs.get(rid) or self._new_request(rid, prompt_len, family)
-        return self._plan_extend(entry, extend_len).start
+    def take_evictions(self) -> list[Eviction]:
+        """The on-demand evictions upstream made since the last take (the explicit `evict` step is not one)."""
+        return [Eviction(asked, evicted) for asked, evicted in self.evictions.take()]
 
-    def peek_prefix(self, family: int, prompt_len: int) -> int:
-        """The prefix an admission of a `prompt_len`-token prompt of `family` would match now: none, since the
-        chunk cache (a disabled tree) matches nothing."""
-        return 0
-
-    def peek_prefix_of(self, rid: int, extend_len: int = 1) -> int:
-        """Where `extend(rid, extend_len)` would start computing: a continuation's stashed prefix, or 0 for a
-        re-admission (the chunk cache matches nothing). Read-only."""
-        entry = self._get(rid)
-        view = self.dialect.record_view(entry.req, entry.status.value, entry.prompt_len)
-        return view.prefix_len if view.row is not None or view.allocated_len > 0 else 0
+    def clone(self) -> SglangPool:
+        """A fresh pool that has taken the same calls (sglang's objects cannot be deep-copied; the pool is
+        deterministic, so a replay reaches the same state)."""
+        clone = SglangPool(self.config)
+        for name, args, kwargs in self._calls:
+            with contextlib.suppress(Refused):  # refused again, as it was
+                getattr(clone, name)(*args, **kwargs)
+        clone.take_evictions()
+        return clone
 
     def snapshot(self) -> PoolSnapshot:
         pool = self.req_to_token_pool
-        records = {rid: self.dialect.record_view(e.req, e.status.value, e.prompt_len) for rid, e in self.reqs.items()}
+        records = {rid: self._view(e) for rid, e in self.reqs.items()}
         row_slots = {
             rid: pool.req_to_token[view.row, : view.allocated_len].tolist()
             for rid, view in records.items()
             if view.row is not None and 1 <= view.row <= pool.size
         }
+        tree = self.dialect.tree_view(self.cache)
         return PoolSnapshot(
             rows_total=pool.size,
             width=pool.max_context_len,
@@ -282,35 +310,36 @@ class SglangPool:
             protected_size=self.cache.protected_size(),
             cache=self.config.cache,
             num_pages=self.config.tokens // self.config.page_size,
-            tree_slots=torch.empty(0, dtype=torch.int64),
+            tree_slots=tree.slots,
+            evictable_slots=tree.evictable_slots,
+            evictable_recount=tree.evictable_recount,
+            protected_recount=tree.protected_recount,
+            tree_problem=tree.problem,
             req_to_token=pool.req_to_token.clone(),
         )
 
-    # -- internals --------------------------------------------------------------------------------------
+    # -- what the scheduler glue asks --------------------------------------------------------------------
 
-    def _get(self, rid: int) -> _Request:
-        entry = self.reqs.get(rid)
-        if entry is None:
-            raise Refused(f"no request {rid}")
-        return entry
+    def _view(self, entry: _Request) -> RecordView:
+        return self.dialect.record_view(entry.req, self.cache, entry.status.value, entry.prompt_len)
 
-    def _running(self, rid: int) -> _Request:
-        entry = self._get(rid)
-        if entry.status not in (ReqStatus.RUNNING, ReqStatus.DECODING):
-            raise Refused(f"request {rid} is {entry.status.value}, not running")
-        return entry
+    def _known_len(self, entry: _Request) -> int:
+        return len(entry.req.origin_input_ids) + len(entry.req.output_ids)
 
-    def _ready_to_decode(self, rid: int) -> _Request:
-        """A running request on a row whose prompt is all in KV (an open-ended prompt ends here)."""
-        entry = self._running(rid)
-        if self.dialect.row(entry.req) is None:
-            raise Refused(f"request {rid} holds no row to decode into")
-        committed_len = self.dialect.committed_len(entry.req)
-        if entry.prompt_len is not None and committed_len < entry.prompt_len:
-            raise Refused(f"request {rid} is mid-prefill ({committed_len} of {entry.prompt_len} tokens)")
-        return entry
+    def _peek_match(self, entry: _Request, limit: int) -> tuple[int, frozenset[int]]:
+        tokens = (list(entry.req.origin_input_ids) + list(entry.req.output_ids))[:limit]
+        return self.dialect.peek(self.cache, tokens)
 
-    def _new_request(self, rid: int, prompt_len: int | None, family: int) -> _Request:
+    def _free_row_count(self) -> int:
+        return int(self.req_to_token_pool.available_size())
+
+    def _free_slot_count(self) -> int:
+        return int(self.allocator.available_size())
+
+    def _evictable_slot_count(self) -> int:
+        return int(self.cache.evictable_size())
+
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> _Request:
         """An upstream `Req` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
         if family < 0:
             raise Refused(f"family must be non-negative, got {family}")
@@ -318,17 +347,10 @@ class SglangPool:
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
         return entry
 
-    def _holds(self, entry: _Request) -> bool:
-        return self.dialect.row(entry.req) is not None
+    # -- internals --------------------------------------------------------------------------------------
 
     def _holds_live_row(self, entry: _Request) -> bool:
-        return self._holds(entry) and entry.status is not ReqStatus.FINISHED
-
-    def _check_slots(self, start: int, end: int) -> None:
-        """Refuse unless the allocator can hand out the slots of positions `[start, end)` (whole new pages)."""
-        need, free = tokens_needed(self.config.page_size, start, end), self.allocator.available_size()
-        if need > free:
-            raise Refused(f"{need} slots asked for, {free} free and 0 evictable")
+        return self.dialect.row(entry.req) is not None and entry.status is not ReqStatus.FINISHED
 
     def _retire(self, entry: _Request) -> None:
         entry.status = ReqStatus.FINISHED
@@ -350,24 +372,25 @@ class SglangPool:
             if grouped:
                 self.allocator.free_group_end()
 
-    def _extend(self, entry: _Request, extend_len: int) -> int:
+    def _extend(self, entry: _Request, extend_len: int, rid: int) -> int:
         """Plan the extend (refusing what the scheduler would not schedule), then run upstream's extend path."""
-        plan = self._plan_extend(entry, extend_len)
+        plan = self._plan_extend(entry, extend_len, rid)
+        self._check_extend_capacity(plan)
         req = entry.req
-        restore = self.dialect.save_request(req)
+        restore = self.dialect.save_request(req, self.cache)
         try:
             batch = self._prepare_for_extend(entry, plan)
         except Refused:
-            restore()  # upstream refused before it allocated; the glue's writes go back too
+            restore()  # upstream refused before it allocated; the glue's writes and lock go back too
             raise
         self.dialect.stash(req, self.cache)
         entry.batch, entry.prompt_len = batch, plan.prompt_len
         entry.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING
         row = self.dialect.row(req)
         assert row is not None, "prepare_for_extend returned without a row"
-        return row
+        return int(row)
 
-    def _prepare_for_extend(self, entry: _Request, plan: _Plan) -> Any:
+    def _prepare_for_extend(self, entry: _Request, plan: ExtendPlan) -> Any:
         """The prompt the extend needs, the scheduler's round input and extend range, then upstream's batch."""
         req = entry.req
         if plan.prompt_len is None:
@@ -376,28 +399,7 @@ class SglangPool:
             req.origin_input_ids.extend(prompt_token(entry.family, p) for p in range(start, start + grow))
         if entry.status is ReqStatus.FINISHED:
             req.finished_reason = None  # re-admitted; upstream's stash refuses a finished request
-        self.dialect.open_extend(req, self.cache, plan.rematch, plan.seq_len)
+        self.dialect.open_extend(req, self.cache, plan.match_limit is not None, plan.seq_len)
         batch = self.dialect.new_batch(req, self.req_to_token_pool, self.allocator, self.cache)
         self._upstream(batch.prepare_for_extend)
         return batch
-
-    def _plan_extend(self, entry: _Request, extend_len: int) -> _Plan:
-        """Where the extend starts and ends, as the reference plans it; refuses what the scheduler would not
-        schedule (row width, prompt end, free rows and slots)."""
-        width, req = self.config.width, entry.req
-        if not 1 <= extend_len <= width:
-            raise Refused(f"extend length {extend_len} is not in [1, row width {width}]")
-        view = self.dialect.record_view(req, entry.status.value, entry.prompt_len)
-        target, rematch = entry.prompt_len, view.row is None and view.allocated_len == 0
-        if rematch and target is not None:
-            target = len(req.origin_input_ids) + len(req.output_ids)  # a re-admission recomputes its outputs
-        start = 0 if rematch else view.prefix_len  # the chunk cache matches nothing on admission
-        if target is not None and start >= target:
-            raise Refused(f"request {req.rid} has its whole prompt in KV; it decodes next")
-        seq_len = start + extend_len if target is None else min(start + extend_len, target)
-        if seq_len > width:
-            raise Refused(f"request {req.rid} would extend past the row width {width}")
-        if view.row is None and self.req_to_token_pool.available_size() == 0:
-            raise Refused("no free row")
-        self._check_slots(start, seq_len)
-        return _Plan(start, seq_len, target, rematch)

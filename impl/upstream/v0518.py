@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
-from impl.engine import RecordView
-from impl.upstream.dialects import Dialect
+from impl.target import PoolConfig, RecordView
+from impl.upstream.dialects import EMPTY_TREE, Dialect, EvictionLog, TreeView, slot_tensor
 
 
 class Dialect0518(Dialect):
@@ -27,15 +28,103 @@ class Dialect0518(Dialect):
         if not kernels:
             raise ValueError("sglang 0.5.18's paged allocator has no naive path; use kernel_backend 'triton'")
 
-    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
+    def new_cache(self, pool: Any, allocator: Any, config: PoolConfig) -> Any:
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
-        from sglang.srt.mem_cache.chunk_cache import ChunkCache
 
-        # What registry.py builds for --disable-radix-cache with chunked prefill on a full-attention model.
+        # What registry.py builds for a full-attention model: ChunkCache for --disable-radix-cache with chunked
+        # prefill, else the Python RadixCache (0.5.18's default; it has no tree cores).
         params = CacheInitParams(
-            disable=True, req_to_token_pool=pool, token_to_kv_pool_allocator=allocator, page_size=page_size
+            disable=config.cache != "radix",
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            page_size=config.page_size,
         )
-        return ChunkCache(params)
+        if config.cache != "radix":
+            from sglang.srt.mem_cache.chunk_cache import ChunkCache
+
+            return ChunkCache(params)
+        from sglang.srt.mem_cache.radix_cache import RadixCache
+
+        return RadixCache(params)
+
+    def lock(self, req: Any, cache: Any) -> None:
+        cache.inc_lock_ref(req.last_node)  # PrefillAdder._req_inc_lock_ref (a no-op on the chunk cache)
+
+    def unlock(self, req: Any, cache: Any) -> None:
+        cache.dec_lock_ref(req.last_node)
+
+    def lock_handle(self, req: Any) -> Any:
+        return req.last_node
+
+    def tree_locked(self, req: Any, cache: Any) -> bool:
+        root = getattr(cache, "root_node", None)
+        return root is not None and req.last_node is not None and req.last_node is not root
+
+    def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
+        """A read-only copy of `_match_prefix_helper`'s walk, with upstream's own `RadixKey.child_key` and
+        `RadixKey.match`: no split, no access time, and `children.get` (a defaultdict would grow on `[]`)."""
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        if not hasattr(cache, "root_node") or not token_ids:
+            return 0, frozenset()
+        ps = cache.page_size
+        key = RadixKey(array("q", token_ids)).page_aligned(ps)
+        node, matched, unlocked = cache.root_node, 0, set[int]()
+        while len(key) > 0:
+            child = node.children.get(key.child_key(ps))
+            if child is None:
+                break
+            common = child.key.match(key, page_size=ps)
+            if child.lock_ref == 0:
+                unlocked.update(int(slot) for slot in child.value[:common].tolist())
+            matched += common
+            if common < len(child.key):
+                break
+            node, key = child, key[common:]
+        return matched, frozenset(unlocked)
+
+    def tree_view(self, cache: Any) -> TreeView:
+        if not hasattr(cache, "root_node"):
+            return EMPTY_TREE
+        nodes = _nodes(cache.root_node)
+        slots = [int(v) for n in nodes for v in n.value.tolist()]
+        unlocked = [int(v) for n in nodes if n.lock_ref == 0 for v in n.value.tolist()]
+        # 0.5.18 has no sanity_check; its own bookkeeping beside the counters is the set of evictable leaves.
+        leaves = {n for n in nodes if n.lock_ref == 0 and not any(not c.evicted for c in n.children.values())}
+        problem = None
+        if leaves != set(cache.evictable_leaves):
+            problem = (
+                f"evictable_leaves holds {sorted(n.id for n in cache.evictable_leaves)}, "
+                f"the unlocked leaves are {sorted(n.id for n in leaves)}"
+            )
+        return TreeView(slot_tensor(slots), slot_tensor(unlocked), len(unlocked), len(slots) - len(unlocked), problem)
+
+    def watch_evictions(self, cache: Any, allocator: Any, on_demand: bool) -> EvictionLog:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictResult
+
+        log = EvictionLog(on_demand)
+        if not hasattr(cache, "root_node"):
+            return log
+        # Allocation and retraction reach the tree through `evict_from_tree_cache` -> `tree_cache.evict`; the
+        # explicit step calls the class's `evict` around this instance attribute.
+        evict = type(cache).evict
+
+        def on_demand_evict(params: Any) -> Any:
+            if not log.enabled:
+                return EvictResult()
+            result = evict(cache, params)
+            log.entries.append((params.num_tokens, result.num_tokens_evicted))
+            return result
+
+        cache.evict = on_demand_evict
+        return log
+
+    def evict(self, cache: Any, num_tokens: int) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        if not hasattr(cache, "root_node"):
+            return 0
+        return int(type(cache).evict(cache, EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
 
     def row(self, req: Any) -> int | None:
         return req.req_pool_idx
@@ -52,7 +141,7 @@ class Dialect0518(Dialect):
     def set_protected_len(self, req: Any, length: int) -> None:
         req.cache_protected_len = length
 
-    def record_view(self, req: Any, status: str, prompt_len: int | None) -> RecordView:
+    def record_view(self, req: Any, cache: Any, status: str, prompt_len: int | None) -> RecordView:
         # A released record is `req.kv is None`: it holds no allocated length.
         allocated_len = 0 if req.kv is None else req.kv.kv_allocated_len
         return RecordView(
@@ -63,6 +152,7 @@ class Dialect0518(Dialect):
             inflight_middle_chunks=req.inflight_middle_chunks,
             status=status,
             prefix_len=req.prefix_indices.shape[0],
+            tree_locked=self.tree_locked(req, cache),
             extend_end=0 if req.extend_range is None else req.extend_range.end,
             prompt_len=prompt_len,
         )
@@ -70,6 +160,7 @@ class Dialect0518(Dialect):
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
         if rematch:
             req.init_next_round_input(cache)  # sets prefix_indices and cache_protected_len from the match
+            self.lock(req, cache)
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
         req.set_extend_range(len(req.prefix_indices), seq_len)  # PrefillAdder's extend range
@@ -100,3 +191,13 @@ class Dialect0518(Dialect):
         cache.token_to_kv_pool_allocator.free(pool.req_to_token[req.req_pool_idx, : req.extend_range.end])
         pool.free(req)
         req.kv = None
+
+
+def _nodes(root: Any) -> list[Any]:
+    """Every node of the tree below `root`, parents first."""
+    nodes, stack = [], list(root.children.values())
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.children.values())
+    return nodes

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import torch
 
-from impl.engine import RecordView
-from impl.upstream.dialects import Dialect
+from impl.target import PoolConfig, RecordView
+from impl.upstream.dialects import EMPTY_TREE, Dialect, EvictionLog, TreeView, slot_tensor
+
+# The class each `PoolConfig.tree_core` builds (`unified_cache/tree_core_registry.py`).
+TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
 
 
 class Dialect0523(Dialect):
@@ -20,6 +24,7 @@ class Dialect0523(Dialect):
         "prefix_len",
         "extend_end",
         "last_node",
+        "lock",
         "finished_reason",
     )
 
@@ -35,20 +40,91 @@ class Dialect0523(Dialect):
         staged = allocator.staged_pages
         return torch.cat(staged[::-1]) if staged else torch.empty(0, dtype=torch.int64)
 
-    def new_cache(self, pool: Any, allocator: Any, page_size: int = 1) -> Any:
+    def new_cache(self, pool: Any, allocator: Any, config: PoolConfig) -> Any:
         from sglang.srt.mem_cache.cache_init_params import CacheInitParams
         from sglang.srt.mem_cache.unified_cache.components import ComponentType
         from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-        # What registry.create_unified_radix_cache builds for --disable-radix-cache on a full-attention model.
+        # What registry.create_unified_radix_cache builds for a full-attention model: disabled for
+        # --disable-radix-cache, else the tree on the named core (named, because a core that cannot load
+        # falls back to the Python one silently).
+        radix = config.cache == "radix"
         params = CacheInitParams(
-            disable=True,
+            disable=not radix,
             req_to_token_pool=pool,
             token_to_kv_pool_allocator=allocator,
-            page_size=page_size,
+            page_size=config.page_size,
             tree_components=(ComponentType.FULL,),
+            tree_core_backend=config.tree_core if radix else None,
         )
-        return UnifiedRadixCache(params)
+        cache = UnifiedRadixCache(params)
+        core = type(cache.tree_core).__name__
+        if radix and core != TREE_CORE_CLASSES[config.tree_core]:
+            raise ValueError(f"tree core {config.tree_core!r} asked for, sglang built {core} (it fell back)")
+        return cache
+
+    def lock(self, req: Any, cache: Any) -> None:
+        req.lock = cache.lock(req.last_node)
+
+    def unlock(self, req: Any, cache: Any) -> None:
+        cache.unlock(req.lock)
+        req.lock = None
+
+    def lock_handle(self, req: Any) -> Any:
+        return req.lock
+
+    def tree_locked(self, req: Any, cache: Any) -> bool:
+        return not cache.disable and req.lock is not None and not cache.is_root(req.lock.node)
+
+    def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        if cache.disable or not token_ids:
+            return 0, frozenset()
+        matched, node, _ = cache.tree_core.match_full_device_prefix(RadixKey(array("q", token_ids)))
+        if matched == 0:
+            return 0, frozenset()
+        path = cache.path_device_indices(node)[:matched].tolist()
+        return matched, frozenset(path) & frozenset(self._walk(cache, unlocked_only=True))
+
+    def tree_view(self, cache: Any) -> TreeView:
+        if cache.disable:
+            return EMPTY_TREE
+        slots = self._walk(cache, unlocked_only=False)
+        unlocked = self._walk(cache, unlocked_only=True)
+        problem = None
+        try:
+            cache.sanity_check()
+        except Exception as exc:  # upstream's check raises AssertionError or its own errors; all are findings
+            problem = f"{type(exc).__name__}: {exc}"
+        return TreeView(slot_tensor(slots), slot_tensor(unlocked), len(unlocked), len(slots) - len(unlocked), problem)
+
+    def watch_evictions(self, cache: Any, allocator: Any, on_demand: bool) -> EvictionLog:
+        log = EvictionLog(on_demand)
+        if cache.disable:
+            return log
+        evict_for_alloc = cache.evict_for_alloc
+
+        def logged(params: Any, **kwargs: Any) -> Any:
+            result = evict_for_alloc(params, **kwargs)
+            log.entries.append((params.num_tokens, result.num_tokens_evicted))
+            return result
+
+        cache.evict_for_alloc = logged
+        if not on_demand:
+            # Allocation asks the allocator to make room (`evict_to_free_tokens`); without on-demand eviction
+            # it makes none, and the tree is evicted only by the explicit step.
+            allocator.evict_to_free_tokens = lambda tree_cache, num_tokens: None
+        return log
+
+    def evict(self, cache: Any, num_tokens: int) -> int:
+        from sglang.srt.mem_cache.base_prefix_cache import EvictParams
+
+        return int(cache.evict(EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
+
+    def _walk(self, cache: Any, unlocked_only: bool) -> list[int]:
+        walk = cache.tree_core.walk_for_kv_canary(unlocked_only=unlocked_only, swa_resident_only=False)
+        return [int(slot) for slot in walk.slot_indices.tolist()]
 
     def row(self, req: Any) -> int | None:
         return req.kv.req_pool_idx
@@ -65,7 +141,7 @@ class Dialect0523(Dialect):
     def set_protected_len(self, req: Any, length: int) -> None:
         req.kv.cache_protected_len = length
 
-    def record_view(self, req: Any, status: str, prompt_len: int | None) -> RecordView:
+    def record_view(self, req: Any, cache: Any, status: str, prompt_len: int | None) -> RecordView:
         kv = req.kv
         return RecordView(
             row=kv.req_pool_idx,
@@ -75,6 +151,7 @@ class Dialect0523(Dialect):
             inflight_middle_chunks=req.inflight_middle_chunks,
             status=status,
             prefix_len=req.prefix_len,
+            tree_locked=self.tree_locked(req, cache),
             extend_end=req.extend_end or 0,
             prompt_len=prompt_len,
         )
@@ -82,6 +159,7 @@ class Dialect0523(Dialect):
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
         if rematch:
             req.init_next_round_input(cache)  # sets prefix_len and cache_protected_len from the match
+            self.lock(req, cache)
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
         req.extend_end = seq_len  # PrefillAdder's extend range [prefix_len, seq_len)

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-import fuzz.lockstep
-from fuzz.lockstep import OPS, target_ops
+import fuzz.targets
+from fuzz.lockstep import OPS
 from fuzz.profiles import DEFAULT_POOL, Profile
 from fuzz.run import run
+from fuzz.targets import target_ops
 from fuzz.upstream_verify import FindingsError, load_findings
 from impl.engine import ReferencePool
 from model.trace import load
@@ -89,7 +90,7 @@ def test_replay_of_an_op_the_target_lacks_is_exit_2(tmp_path: Path, monkeypatch:
         OPS = frozenset({"admit"})
 
     path = _trace(tmp_path, [ADMIT, {"op": "decode", "args": {"req": 0}, "choice": {}}])
-    monkeypatch.setitem(fuzz.lockstep.TARGETS, "reference", lambda: AdmitOnly)
+    monkeypatch.setitem(fuzz.targets.TARGETS, "reference", lambda: AdmitOnly)
     from fuzz.__main__ import main
 
     assert main(["replay", str(path)]) == 2
@@ -101,17 +102,17 @@ class FewOps(ReferencePool):
     OPS = frozenset({"admit", "extend", "decode", "finish", "release_again"})
 
 
-def test_sglang_ops_fall_back_to_the_adapters_list() -> None:
+def test_sglang_ops_are_the_adapters_list() -> None:
     ops = target_ops({"target": "sglang"})
-    assert {"admit", "extend", "decode", "finish", "reuse_released", "differential"} <= ops
-    assert {"spec_prepare", "spec_commit", "evict", "pd_prealloc"}.isdisjoint(ops)
+    assert {"admit", "extend", "decode", "finish", "evict", "reuse_released", "differential"} <= ops
+    assert {"spec_prepare", "spec_commit", "pd_prealloc", "offload_release"}.isdisjoint(ops)
     assert target_ops({"target": "reference"}) == OPS
 
 
 def test_machine_draws_only_the_targets_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     everything = run({**DEFAULT_POOL, "faults": []}, QUICK, None, tmp_path / "ce", tmp_path / "db")
     assert set(everything.ops) - FewOps.OPS, "the unfiltered run must draw more than the narrow target's ops"
-    monkeypatch.setitem(fuzz.lockstep.TARGETS, "reference", lambda: FewOps)
+    monkeypatch.setitem(fuzz.targets.TARGETS, "reference", lambda: FewOps)
     narrow = run({**DEFAULT_POOL, "faults": []}, QUICK, None, tmp_path / "ce", tmp_path / "db")
     assert narrow.counterexample is None
     assert set(narrow.ops) <= FewOps.OPS | {"differential"}

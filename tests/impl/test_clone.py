@@ -12,7 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
+from impl.engine import ReferencePool
+from impl.target import PoolConfig, PoolSnapshot, Refused
 
 OPS = ["admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "retract", "abort", "pp_release", "evict"]
 op_lists = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(1, 12)), max_size=25)

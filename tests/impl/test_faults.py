@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.engine import PoolConfig, ReferencePool, Refused
+from impl.engine import ReferencePool
 from impl.faults import FAULTS, NO_FAULTS, PATTERNS, FaultSet, UnknownFault
+from impl.target import PoolConfig, Refused
 
 IMPL = Path(__file__).resolve().parents[2] / "impl"
 CHUNK = PoolConfig()

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from impl.engine import RETRACT_DECODE_STEPS, PoolConfig, PoolSnapshot, ReferencePool, Refused
+from impl.engine import RETRACT_DECODE_STEPS, ReferencePool
 from impl.records import output_token, prompt_token
+from impl.target import PoolConfig, PoolSnapshot, Refused
 
 PAGE_SIZES = (1, 4)
 REPO_ROOT = Path(__file__).resolve().parents[2]

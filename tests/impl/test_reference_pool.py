@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from impl.engine import PoolConfig, ReferencePool, Refused
+from impl.engine import ReferencePool
 from impl.records import ReqStatus
+from impl.target import PoolConfig, Refused
 from properties.invariants import check_snapshot
 
 

@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from test_flows import assert_idle_clean, assert_unchanged, page_problems
 
-from impl.engine import PoolConfig, ReferencePool, Refused
+from impl.engine import ReferencePool
 from impl.records import ReqStatus
+from impl.target import PoolConfig, Refused
 
 SEED = 20240917
 STEPS = 3000

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
-from impl.engine import PoolConfig, PoolSnapshot, ReferencePool
+from impl.engine import ReferencePool
+from impl.target import PoolConfig, PoolSnapshot
 from properties.invariants import BY_ID, INVARIANTS, check_snapshot, page_lists, page_snapshot
 from properties.page_check import PageCheckResult, check_page_lists, check_pages
 

@@ -23,7 +23,7 @@ if importlib.util.find_spec("sglang") is None:
         allow_module_level=True,
     )
 
-from impl.engine import PoolConfig, Refused
+from impl.target import PoolConfig, Refused
 from impl.upstream.dialects import installed_version, load_dialect
 from impl.upstream.target import SglangPool
 from properties import upstream_check

@@ -22,8 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz.lockstep import OPS as LOCKSTEP_OPS
-from impl.engine import PoolConfig, PoolSnapshot, ReferencePool, Refused
+from impl.engine import ReferencePool
 from impl.faults import FaultSet
+from impl.target import PoolConfig, PoolSnapshot, Refused
 from impl.upstream import compat
 from impl.upstream.dialects import PAGED_NAIVE_PATH, SUPPORTED_VERSIONS, installed_version
 from impl.upstream.target import SglangPool
@@ -418,10 +419,17 @@ def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
     assert after == expected
 
 
-def test_ops_lists_exactly_the_calls_the_target_defines() -> None:
+def test_ops_lists_exactly_the_calls_the_target_takes() -> None:
+    """Every op outside `OPS` is refused outright (the `Target` protocol has them all), whatever its arguments."""
     assert LOCKSTEP_OPS >= SglangPool.OPS
     assert all(callable(getattr(SglangPool, op, None)) for op in SglangPool.OPS)
-    assert not any(hasattr(SglangPool, op) for op in LOCKSTEP_OPS - SglangPool.OPS)
+    pool = SglangPool(CONFIG)
+    pool.admit(0, 4, prompt_len=8)
+    for op in sorted(LOCKSTEP_OPS - SglangPool.OPS - {"differential"}):
+        before = plain(pool.snapshot())
+        with pytest.raises(Refused, match="does not drive"):
+            getattr(pool, op)(0, 1)
+        assert plain(pool.snapshot()) == before
 
 
 # -- the random differential at page sizes 1 and 4 ------------------------------------------------------------

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.lockstep import retarget, target_problem
 from fuzz.profiles import POOLS
-from impl.engine import PoolConfig
+from fuzz.targets import retarget, target_problem
 from impl.faults import FaultSet
+from impl.target import PoolConfig
 from impl.upstream import dialects, target
 from impl.upstream.target import SglangPool
 
@@ -75,7 +75,6 @@ def test_setup_refuses_other_versions_in_one_line(version: str) -> None:
     ("config", "message"),
     [
         (PoolConfig(page_size=4, kernel_backend="oracle"), r"no 'oracle' kernel backend; use one of \('torch', "),
-        (PoolConfig(cache="radix"), "chunk cache only, got 'radix'"),
         (PoolConfig(speculative=True), "does not drive speculative decoding"),
         (PoolConfig(row_pool="decode", pre_alloc_size=2), "ReqToTokenPool only, got 'decode'"),
         (PoolConfig(device="cuda"), "'cpu' only"),
@@ -116,8 +115,11 @@ def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
     assert retarget(POOLS["chunk-p4"], "reference") == {**POOLS["chunk-p4"], "target": "reference"}
 
 
-def test_the_kernel_reason_comes_last_so_a_radix_trace_names_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On 0.5.18 a paged radix pool has two problems; the one `retarget` cannot fix is the one to tell."""
+def test_the_kernel_reason_comes_last_so_a_speculative_trace_names_speculation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On 0.5.18 a paged speculative pool has two problems; the one `retarget` cannot fix is the one to tell."""
     _version_is(monkeypatch, "0.5.18")
-    assert "chunk cache only, got 'radix'" in str(target_problem(retarget(POOLS["radix-p4"], "sglang")))
+    speculative = {**POOLS["chunk-p4"], "speculative": True}
+    assert "does not drive speculative decoding" in str(target_problem(retarget(speculative, "sglang")))
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))

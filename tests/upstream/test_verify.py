@@ -18,7 +18,7 @@ if importlib.util.find_spec("sglang") is None:
         allow_module_level=True,
     )
 
-from fuzz.lockstep import installed_sglang
+from fuzz.targets import installed_sglang
 from fuzz.upstream_verify import ROOT, Finding, Report, check_findings, load_findings
 
 FINDINGS = ROOT / "upstream" / "findings.json"

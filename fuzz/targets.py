@@ -1,0 +1,127 @@
+"""The targets the harness can drive, and how a trace config selects and builds one.
+
+A config names its target (`reference`, the default, or `sglang`) and the pool (`POOL_KEYS`). The reference
+pool is always here; the upstream one needs a sglang venv and is imported on first use. Every target
+implements `impl.target.Target`; `target_ops` says which lockstep ops it takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from impl.engine import ReferencePool
+from impl.faults import FaultSet
+from impl.target import PoolConfig, Target
+from model.state import Sizes
+
+# A step that changes nothing: every release path runs on clones of the pool and the results are compared.
+DIFFERENTIAL = "differential"
+POOL_KEYS = (
+    "rows",
+    "tokens",
+    "width",
+    "page_size",
+    "cache",
+    "device",
+    "speculative",
+    "kernel_backend",
+    "need_sort",
+    "evict_on_demand",
+    "tree_core",
+)
+SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
+
+
+def _sglang_class() -> type[Target]:
+    from impl.upstream.target import SglangPool  # imports torch only; sglang itself loads when a pool is built
+
+    return SglangPool
+
+
+# Each target's class, loaded on first use: the upstream one lives only in the sglang venvs.
+TARGETS: dict[str, Callable[[], type[Target]]] = {"reference": lambda: ReferencePool, "sglang": _sglang_class}
+
+
+def pool_config(config: dict[str, Any]) -> PoolConfig:
+    """The pool config a trace config describes (raises ValueError for sizes the pool does not support). In the
+    harness a pool evicts on demand only where the config says so: by default eviction is its own step."""
+    keys = {k: config[k] for k in POOL_KEYS if k in config}
+    return PoolConfig(**{"evict_on_demand": False, **keys})
+
+
+def model_sizes(config: dict[str, Any]) -> Sizes:
+    return Sizes(
+        config["rows"],
+        config["tokens"],
+        config["width"],
+        config.get("page_size", 1),
+        config.get("cache") == "radix",
+        bool(config.get("speculative", False)),
+    )
+
+
+def target_ops(config: dict[str, Any]) -> frozenset[str]:
+    """The lockstep ops the config's target implements (`differential` included: it runs only those)."""
+    return TARGETS[config.get("target", "reference")]().OPS | {DIFFERENTIAL}
+
+
+def target_problem(config: dict[str, Any]) -> str | None:
+    """Why the config's target cannot be built here (one line), or None; cheap: sglang is not imported."""
+    name = config.get("target", "reference")
+    if name not in TARGETS:
+        return f"target {name!r} is not one of {', '.join(sorted(TARGETS))}"
+    if name == "reference":
+        return None
+    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+    from impl.upstream.target import _unsupported
+
+    problem = _unsupported(pool_config(config), FaultSet.of(config.get("faults", [])))
+    if problem:
+        return problem
+    try:
+        installed_version()
+    except UnsupportedUpstream as exc:
+        return f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})"
+    return None
+
+
+def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
+    """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
+    installed version has one, and its Triton kernels (interpreted on CPU) where it has none (0.5.18): the pool
+    shapes name the torch backend, which only the reference honours at every version."""
+    moved = {**config, "target": target}
+    if target != "sglang" or config.get("kernel_backend", "torch") != "torch":
+        return moved
+    if target_problem(moved) is None:
+        return moved
+    kernels = {**moved, "kernel_backend": "triton"}
+    return kernels if target_problem(kernels) is None else moved  # the torch config's problem is the one to tell
+
+
+def installed_sglang() -> str | None:
+    """The installed sglang version, or None where there is none (the main venv)."""
+    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+
+    try:
+        return installed_version()
+    except UnsupportedUpstream:
+        return None
+
+
+def make_target(config: dict[str, Any]) -> Target:
+    """The pool the config names: the reference pool, or upstream SGLang's (raises ValueError, one line, where
+    it cannot be built here)."""
+    name = config.get("target", "reference")
+    if name not in TARGETS:
+        raise ValueError(f"target {name!r} is not one of {', '.join(sorted(TARGETS))}")
+    cls = TARGETS[name]()
+    if name == "reference":
+        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
+    # The upstream constructor checks the config itself (`_unsupported`).
+    from impl.upstream.dialects import UnsupportedUpstream
+
+    try:
+        return cls(pool_config(config), FaultSet.of(config.get("faults", [])))
+    except UnsupportedUpstream as exc:
+        raise ValueError(f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})") from None

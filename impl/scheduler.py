@@ -1,0 +1,195 @@
+"""The scheduler glue both targets share: request lookup, status checks, extend planning and capacity checks.
+
+A target keeps one entry per request (its own request object with `status`, `prompt_len` and `family`) and
+answers a few questions about it (`_view`, `_known_len`, `_peek_match`) and about its pool (free rows, free
+and evictable slots). The glue decides what the scheduler would schedule from those answers alone, so the
+reference pool and the upstream adapter refuse exactly the same calls before their pools are touched. Each
+check names where upstream's scheduler makes it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from impl.records import ReqStatus
+from impl.release import ceil_align
+from impl.target import PoolConfig, RecordView, Refused
+
+
+class Entry(Protocol):
+    """What the glue reads of a target's request object."""
+
+    status: ReqStatus
+    prompt_len: int | None
+    family: int
+
+
+E = TypeVar("E", bound=Entry)
+
+
+@dataclass(frozen=True)
+class ExtendPlan:
+    """One extend, worked out before anything changes: positions `[start, seq_len)` are computed, towards
+    `prompt_len`. `match_limit` is set for an admission (a fresh prefix match capped there); `locking` holds
+    the evictable slots that match will lock; `new_row` says whether a row is taken.
+    """
+
+    start: int
+    seq_len: int
+    prompt_len: int | None
+    match_limit: int | None
+    locking: frozenset[int]
+    new_row: bool
+
+
+def tokens_needed(page_size: int, start: int, end: int) -> int:
+    """Slots the allocator hands out for positions `[start, end)`: whole pages past the page `start` is on."""
+    return ceil_align(end, page_size) - ceil_align(start, page_size)
+
+
+def match_limit(width: int, prompt_len: int | None, extend_len: int) -> int:
+    """How far an admission may match: one prompt token short of the prompt's end, so one is computed
+    (`Req._compute_max_prefix_len`); on an open-ended prompt, room for the chunk in the row."""
+    limit = width - extend_len if prompt_len is None else prompt_len - 1
+    return max(limit, 0)
+
+
+class SchedulerGlue(ABC, Generic[E]):
+    """The checks a scheduler makes around the pool calls; subclasses answer the questions below."""
+
+    config: PoolConfig
+    reqs: dict[int, E]
+
+    # -- what a target answers ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _view(self, entry: E) -> RecordView:
+        """The entry's record, prefix and status as plain values."""
+
+    @abstractmethod
+    def _known_len(self, entry: E) -> int:
+        """Tokens the request knows: its prompt and its outputs (what a re-admission recomputes)."""
+
+    @abstractmethod
+    def _peek_match(self, entry: E, limit: int) -> tuple[int, frozenset[int]]:
+        """(length, slots on unlocked nodes of the path) of the prefix a fresh match of the entry's first
+        `limit` tokens would find now, read without changing the tree."""
+
+    @abstractmethod
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> E:
+        """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
+
+    @abstractmethod
+    def _free_row_count(self) -> int:
+        """Rows the row pool can hand out now (`req_to_token_pool.available_size()`)."""
+
+    @abstractmethod
+    def _free_slot_count(self) -> int:
+        """Slots the allocator can hand out now (`available_size()`)."""
+
+    @abstractmethod
+    def _evictable_slot_count(self) -> int:
+        """Slots the tree could free by eviction now (`evictable_size()`)."""
+
+    # -- lookup and status ---------------------------------------------------------------------------------
+
+    def _get(self, rid: int) -> E:
+        entry = self.reqs.get(rid)
+        if entry is None:
+            raise Refused(f"no request {rid}")
+        return entry
+
+    def _running(self, rid: int) -> E:
+        entry = self._get(rid)
+        if entry.status not in (ReqStatus.RUNNING, ReqStatus.DECODING):
+            raise Refused(f"request {rid} is {entry.status.value}, not running")
+        return entry
+
+    def _ready_to_decode(self, rid: int) -> E:
+        """A running request on a row whose prompt is all in KV (an open-ended prompt ends here)."""
+        entry = self._running(rid)
+        view = self._view(entry)
+        if view.row is None:
+            raise Refused(f"request {rid} holds no row to decode into")
+        if entry.prompt_len is not None and view.committed_len < entry.prompt_len:
+            raise Refused(f"request {rid} is mid-prefill ({view.committed_len} of {entry.prompt_len} tokens)")
+        return entry
+
+    def _decode_view(self, rid: int) -> tuple[E, RecordView]:
+        """A request ready for one non-speculative decode step, and its record; refuses as the scheduler's
+        decode path would (draft slots pending, the row full)."""
+        entry = self._ready_to_decode(rid)
+        view = self._view(entry)
+        if view.committed_len != view.allocated_len:
+            raise Refused(f"request {rid} has draft slots [C, A); a speculative commit consumes them")
+        if view.committed_len + 1 > self.config.width:
+            raise Refused(f"request {rid} would decode past the row width {self.config.width}")
+        return entry, view
+
+    def _busy(self) -> list[int]:
+        """Requests that keep the scheduler from being idle (`is_fully_idle`): not finished, or holding a row."""
+        return sorted(
+            rid for rid, e in self.reqs.items() if e.status is not ReqStatus.FINISHED or self._view(e).row is not None
+        )
+
+    def _check_idle(self) -> None:
+        busy = self._busy()
+        if busy:
+            raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
+
+    # -- extend planning and capacity ----------------------------------------------------------------------
+
+    def _plan_extend(self, entry: E, extend_len: int, rid: int) -> ExtendPlan:
+        """Where the extend starts and ends (PrefillAdder's extend range); refuses what the scheduler would not
+        schedule (row width, prompt end)."""
+        width = self.config.width
+        if not 1 <= extend_len <= width:
+            raise Refused(f"extend length {extend_len} is not in [1, row width {width}]")
+        view = self._view(entry)
+        target, limit, locking = entry.prompt_len, None, frozenset[int]()
+        if view.row is not None or view.allocated_len > 0:
+            start = view.prefix_len  # a continuation extends its stashed prefix
+        else:
+            target = None if target is None else self._known_len(entry)  # a re-admission recomputes outputs
+            limit = match_limit(width, target, extend_len)
+            start, locking = self._peek_match(entry, limit)
+        if target is not None and start >= target:
+            raise Refused(f"request {rid} has its whole prompt in KV; it decodes next")
+        seq_len = start + extend_len if target is None else min(start + extend_len, target)
+        if seq_len > width:
+            raise Refused(f"request {rid} would extend past the row width {width}")
+        return ExtendPlan(start, seq_len, target, limit, locking, new_row=view.row is None)
+
+    def _check_capacity(self, rows: int, slots: int, locking: int = 0) -> None:
+        """Refuse unless `rows` rows are free (the scheduler's `get_num_allocatable_reqs`) and `slots` slots fit
+        in the free ones plus what the tree could evict on demand once `locking` more of its tokens are locked
+        (PrefillAdder's token budget, `check_decode_mem` for a decode)."""
+        if rows > self._free_row_count():
+            raise Refused("no free row")
+        free = self._free_slot_count()
+        evictable = self._evictable_slot_count() - locking if self.config.evict_on_demand else 0
+        if slots > free + evictable:
+            raise Refused(f"{slots} slots asked for, {free} free and {evictable} evictable")
+
+    def _check_extend_capacity(self, plan: ExtendPlan) -> None:
+        need = tokens_needed(self.config.page_size, plan.start, plan.seq_len)
+        self._check_capacity(int(plan.new_row), need, len(plan.locking))
+
+    # -- read-only peeks -------------------------------------------------------------------------------
+
+    def peek_prefix(self, family: int, prompt_len: int) -> int:
+        """The prefix an admission of a `prompt_len`-token prompt of `family` would match now (read-only)."""
+        entry = self._new_entry(-1, prompt_len, family)
+        return self._peek_match(entry, match_limit(self.config.width, prompt_len, 1))[0]
+
+    def peek_prefix_of(self, rid: int, extend_len: int = 1) -> int:
+        """Where `extend(rid, extend_len)` would start computing: a continuation's stashed prefix, or the prefix a
+        re-admission would match now (read-only; an open-ended prompt's match depends on `extend_len`)."""
+        entry = self._get(rid)
+        view = self._view(entry)
+        if view.row is not None or view.allocated_len > 0:
+            return view.prefix_len
+        target = None if entry.prompt_len is None else self._known_len(entry)
+        return self._peek_match(entry, match_limit(self.config.width, target, extend_len))[0]
