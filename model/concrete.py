@@ -42,7 +42,7 @@ class Model:
     def observe(self) -> Observation:
         s = self.state
         records = {
-            rid: RecordObs(
+            rid: RecordObs.of(
                 s.rec_status.get(rid),
                 s.rec_row.get(rid),
                 s.rec_P.get(rid),

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from properties.snapshot import STATUS_CODES, SnapshotLike
 
 
+# What a released record's `cache_protected_len` reads as: no contract path reads it before a re-admission
+# matches afresh, and versions leave it differently (0.5.18 as it was, 0.5.23's finishing checkpoint moves it
+# to the inserted length), so it is not observed.
+STALE = -1
+
+
 @dataclass(frozen=True)
 class RecordObs:
     """A record as the model sees it: status code, row (0 = none) and lengths."""
@@ -19,6 +25,13 @@ class RecordObs:
     inflight: int
     extend_end: int
     tree_locked: bool
+
+    @classmethod
+    def of(cls, status: int, row: int, protected_len: int, committed_len: int, allocated_len: int, inflight: int,
+           extend_end: int, tree_locked: bool) -> RecordObs:  # fmt: skip
+        """The observation of a record; a released one (no row, nothing allocated) hides its stale P."""
+        protected_len = STALE if row == 0 and allocated_len == 0 else protected_len
+        return cls(status, row, protected_len, committed_len, allocated_len, inflight, extend_end, tree_locked)
 
 
 @dataclass(frozen=True)
@@ -51,15 +64,15 @@ class Observation:
 
 def observe(snap: SnapshotLike) -> Observation:
     records = {
-        rid: RecordObs(
-            status=STATUS_CODES[rec.status],
-            row=0 if rec.row is None else rec.row,
-            protected_len=rec.protected_len,
-            committed_len=rec.committed_len,
-            allocated_len=rec.allocated_len,
-            inflight=rec.inflight_middle_chunks,
-            extend_end=rec.extend_end,
-            tree_locked=rec.tree_locked,
+        rid: RecordObs.of(
+            STATUS_CODES[rec.status],
+            0 if rec.row is None else rec.row,
+            rec.protected_len,
+            rec.committed_len,
+            rec.allocated_len,
+            rec.inflight_middle_chunks,
+            rec.extend_end,
+            rec.tree_locked,
         )
         for rid, rec in snap.records.items()
     }

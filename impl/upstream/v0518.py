@@ -57,8 +57,13 @@ class Dialect0518(Dialect):
         return req.last_node
 
     def tree_locked(self, req: Any, cache: Any) -> bool:
+        # `cache_finished_req` unlocks `last_node` but leaves the handle on the request until the next match
+        # (or `reset_for_retract`), and lock counts are per node, not per holder: a request holds its lock while
+        # it holds its row. A lock the release forgot shows in the tree's protected count, which the
+        # lock-holder invariant compares with the records that still hold one.
         root = getattr(cache, "root_node", None)
-        return root is not None and req.last_node is not None and req.last_node is not root
+        handle = req.last_node
+        return root is not None and req.req_pool_idx is not None and handle is not None and handle is not root
 
     def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
         """A read-only copy of `_match_prefix_helper`'s walk, with upstream's own `RadixKey.child_key` and
