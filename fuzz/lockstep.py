@@ -22,8 +22,8 @@ from model.state import Sizes
 from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
-from properties.snapshot import LIVE_STATUSES as LIVE
-from properties.snapshot import STATUS_DECODE
+from properties.vocabulary import LIVE_STATUSES as LIVE
+from properties.vocabulary import STATUS_DECODE
 
 Call = Callable[[Any, dict[str, int]], Any]
 

@@ -15,7 +15,7 @@ from impl.allocator import TokenToKVPoolAllocator
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
-from impl.release import ceil_align
+from properties.vocabulary import num_new_pages
 
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
@@ -31,7 +31,7 @@ class Pools:
 
 def tokens_needed(page_size: int, start: int, end: int) -> int:
     """Slots the allocator hands out for positions `[start, end)`: whole pages past the page `start` is on."""
-    return ceil_align(end, page_size) - ceil_align(start, page_size)
+    return num_new_pages(start, end, page_size) * page_size
 
 
 def evict_from_tree_cache(pools: Pools, num_tokens: int) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from properties.snapshot import STATUS_CODES, SnapshotLike
+from properties.snapshot import SnapshotLike
+from properties.vocabulary import STATUS_CODES
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from model.actions import (
 from model.prove import bmc, induction
 from model.state import SENTINEL_ROW
 from model.theorems import RECORD_GUARD_INVARIANTS, SHAPES, SYMBOLIC, THEOREMS, Theorem, two_live_on_one_row
-from properties.invariants import BY_ID, ceil_align
-from properties.snapshot import STATUS_DONE
+from properties.invariants import BY_ID
+from properties.vocabulary import STATUS_DONE, ceil_align
 
 CHUNK, RADIX = SHAPES["chunk"], SHAPES["radix"]
 
@@ -135,7 +135,7 @@ def test_an_offload_release_that_skips_the_over_allocation_is_caught(monkeypatch
     def leaves_draft_slots(o, p, s, a):  # type: ignore[no-untyped-def]
         # #19518: the offload release never freed the draft slots `[ceil_align(n), A)`.
         after, req = _offload_update(o, p, s, a), a["req"]
-        draft = ceil_align(o, p, o.select(s.rec_A, req)) - ceil_align(o, p, o.select(s.rec_C, req))
+        draft = ceil_align(o.select(s.rec_A, req), p.page_size) - ceil_align(o.select(s.rec_C, req), p.page_size)
         return after.but(n_free_slots=after.n_free_slots - draft)
 
     _with_offload(monkeypatch, update=leaves_draft_slots)
