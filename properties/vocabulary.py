@@ -1,10 +1,12 @@
 """The lifecycle's vocabulary, written once: scheduler status codes, the record predicates the symbolic forms
 are built from, and the page arithmetic every allocation and release path depends on.
 
-It imports nothing, so the model (`model/`), the invariant catalog (`properties/`) and the pools (`impl/`)
-can all use it and importing the model never loads torch. It lives in `properties/`, the bottom layer that
-depends on nothing; it is the one module of the catalog that `impl/` imports, since it holds the contract's
-words (SGLang's `ceil_align`), not the harness.
+It imports nothing outside the standard library, so the model (`model/`), the invariant catalog
+(`properties/`) and the pools (`impl/`) can all use it, and importing the model never loads torch. It lives in
+`properties/`, the bottom layer that depends on nothing; it is the one module of the catalog that `impl/`
+imports, since it holds the contract's words (SGLang's `ceil_align`), not the harness. The model's actions call
+the page roundings with the interpreter and sizes first, as every symbolic form is called: `ceil_align_in` and
+`page_floor_in` are those spellings of the same functions.
 
 The predicates take an interpreter `o` (Python values or Z3 terms, see `model.interp`), a model state `s`
 and pool sizes `p`, as the symbolic forms do. The page arithmetic states its contracts for ints (CrossHair
