@@ -21,8 +21,8 @@ $(STAMP): pyproject.toml constraints.txt
 
 verify: setup
 	@$(BIN)/python -m model prove
-	@echo "crosshair: checking the page-arithmetic contracts (model/pagemath.py)"
-	@$(BIN)/crosshair check model.pagemath --per_condition_timeout 5 && echo "crosshair: every contract holds"
+	@echo "crosshair: checking the page-arithmetic contracts (properties/vocabulary.py)"
+	@$(BIN)/crosshair check properties.vocabulary --per_condition_timeout 5 && echo "crosshair: every contract holds"
 	@$(BIN)/python -m fuzz run --profile ci --pool chunk-p1
 	@$(BIN)/python -m fuzz run --profile ci --pool chunk-p4
 	@$(BIN)/python -m fuzz run --profile ci --pool radix-p4

@@ -20,8 +20,8 @@ from model.interp import PY
 from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
-from properties.snapshot import LIVE_STATUSES as LIVE
-from properties.snapshot import STATUS_DECODE
+from properties.vocabulary import LIVE_STATUSES as LIVE
+from properties.vocabulary import STATUS_DECODE
 
 Call = Callable[[Target, dict[str, int]], Any]
 

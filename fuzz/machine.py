@@ -27,7 +27,7 @@ from fuzz.targets import target_ops
 from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
-from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
+from properties.vocabulary import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
 
 PREFILL = frozenset({STATUS_PREFILL})
 DECODING = frozenset({STATUS_DECODE})

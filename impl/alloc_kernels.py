@@ -15,19 +15,11 @@ from typing import Literal
 import torch
 
 from impl.triton_env import KERNELS_MODULE, prepare_triton
+from properties.vocabulary import ceil_align, num_new_pages
 
 Backend = Literal["oracle", "torch", "triton"]
 BACKENDS: tuple[Backend, ...] = ("oracle", "torch", "triton")
 MISSING_SLOT = -1
-
-
-def _cdiv(n: torch.Tensor, d: int) -> torch.Tensor:
-    return (n + d - 1) // d
-
-
-def num_new_pages(prefix_lens: torch.Tensor, seq_lens: torch.Tensor, page_size: int) -> int:
-    """Pages the batch takes from the free list: Σ ceil(seq/ps) − ceil(prefix/ps)."""
-    return int((_cdiv(seq_lens, page_size) - _cdiv(prefix_lens, page_size)).sum())
 
 
 def alloc_extend(
@@ -85,7 +77,7 @@ def _extend_oracle(
     next_free = 0
     out: list[int] = []
     for pre, seq, last in zip(prefix_lens.tolist(), seq_lens.tolist(), last_loc.tolist(), strict=True):
-        open_page_end = -(-pre // page_size) * page_size
+        open_page_end = ceil_align(pre, page_size)
         page = MISSING_SLOT
         for pos in range(pre, seq):
             if pos < open_page_end:
@@ -107,10 +99,10 @@ def _extend_torch(
 ) -> torch.Tensor:
     """Per token: its request, its position, and either the prefix's open page or its new page's index."""
     extend_lens = seq_lens - prefix_lens
-    new_pages = _cdiv(seq_lens, page_size) - _cdiv(prefix_lens, page_size)
+    new_pages = num_new_pages(prefix_lens, seq_lens, page_size)
     out_start = torch.cumsum(extend_lens, 0) - extend_lens
     page_start = torch.cumsum(new_pages, 0) - new_pages
-    open_page_end = _cdiv(prefix_lens, page_size) * page_size
+    open_page_end = ceil_align(prefix_lens, page_size)
 
     extend_num_tokens = int(extend_lens.sum())
     req = torch.repeat_interleave(
@@ -127,7 +119,7 @@ def _extend_torch(
 def _decode_torch(
     seq_lens: torch.Tensor, last_loc: torch.Tensor, free_pages: torch.Tensor, page_size: int
 ) -> torch.Tensor:
-    new_page = _cdiv(seq_lens, page_size) - _cdiv(seq_lens - 1, page_size)
+    new_page = num_new_pages(seq_lens - 1, seq_lens, page_size)
     page_idx = torch.cumsum(new_page, 0) - new_page
     fresh = _page_slots(free_pages, torch.where(new_page == 1, page_idx, -1), torch.zeros_like(seq_lens), page_size)
     return torch.where(new_page == 0, last_loc + 1, fresh)

@@ -36,7 +36,6 @@ from impl.radix_cache import RadixCache, TreeNode
 from impl.records import Req, ReqStatus, output_token
 from impl.release import (
     SENTINEL_ROW,
-    ceil_align,
     pp_release_manual,
     release_kv_cache,
     release_offloaded,
@@ -45,6 +44,7 @@ from impl.release import (
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from properties.vocabulary import ceil_align
 
 T = TypeVar("T")
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from impl.alloc_kernels import BACKENDS, Backend, alloc_decode, alloc_extend, num_new_pages
+from impl.alloc_kernels import BACKENDS, Backend, alloc_decode, alloc_extend
 from impl.allocator import BaseTokenToKVPoolAllocator
 from impl.req_pool import ContractViolation
 from impl.triton_env import prepare_triton
+from properties.vocabulary import num_new_pages
 
 
 def _require(condition: bool, message: str) -> None:
@@ -79,7 +80,7 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
         # Over-estimates the pages needed by at most one per request, as upstream does, to merge rarely.
         self._merge_if_short(extend_num_tokens // self.page_size + len(seq_lens) + 1)
         out = alloc_extend(prefix_lens, seq_lens, last_loc, self.free_pages, self.page_size, self.backend)
-        return self._take(num_new_pages(prefix_lens, seq_lens, self.page_size), out)
+        return self._take(int(num_new_pages(prefix_lens, seq_lens, self.page_size).sum()), out)
 
     def alloc_decode(self, seq_lens: torch.Tensor, last_loc: torch.Tensor) -> torch.Tensor | None:
         """One slot per request for its new token (`seq_lens` include it); None (free list intact) when short."""
@@ -91,7 +92,7 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
         )
         self._merge_if_short(len(seq_lens))
         out = alloc_decode(seq_lens, last_loc, self.free_pages, self.page_size, self.backend)
-        return self._take(num_new_pages(seq_lens - 1, seq_lens, self.page_size), out)
+        return self._take(int(num_new_pages(seq_lens - 1, seq_lens, self.page_size).sum()), out)
 
     def free(self, indices: torch.Tensor) -> None:
         """Free the page of every slot in `indices` (duplicates collapse within one call); defer in a group."""

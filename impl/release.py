@@ -6,16 +6,12 @@ from __future__ import annotations
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
 from impl.req_pool import ContractViolation, ReqToTokenPool
+from properties.vocabulary import ceil_align, page_floor
 
 
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ContractViolation(message)
-
-
-def ceil_align(length: int, page_size: int) -> int:
-    """`length` rounded up to a whole number of pages."""
-    return -(-length // page_size) * page_size
 
 
 def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, speculative: bool = False) -> None:
@@ -113,7 +109,7 @@ def release_offloaded(req: Req, cache: PrefixCache) -> bool:
     if not passes:
         return False
     page_size, committed_len = cache.allocator.page_size, kv.kv_committed_len
-    prefill_len = min((req.prompt_len or 0) // page_size * page_size, committed_len)
+    prefill_len = min(page_floor(req.prompt_len or 0, page_size), committed_len)
     ranges = [(0, prefill_len), (prefill_len, committed_len)]
     if ceil_align(committed_len, page_size) < kv.kv_allocated_len:
         ranges.append((ceil_align(committed_len, page_size), kv.kv_allocated_len))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from impl.records import ReqStatus
-from impl.release import ceil_align
 from impl.target import PoolConfig, RecordView, Refused
+from properties.vocabulary import num_new_pages
 
 
 class Entry(Protocol):
@@ -46,7 +46,7 @@ class ExtendPlan:
 
 def tokens_needed(page_size: int, start: int, end: int) -> int:
     """Slots the allocator hands out for positions `[start, end)`: whole pages past the page `start` is on."""
-    return ceil_align(end, page_size) - ceil_align(start, page_size)
+    return num_new_pages(start, end, page_size) * page_size
 
 
 def match_limit(width: int, prompt_len: int | None, extend_len: int) -> int:

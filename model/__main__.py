@@ -1,29 +1,28 @@
-"""`python -m model prove`: settle every theorem and compare each outcome with the manifest.
+"""`python -m model prove`: settle every theorem and compare each with its manifest row (`model.manifest`).
 
-Exit status: 0 every outcome matches the manifest; 1 some outcome differs (an `unknown` always differs);
-2 bad usage or an unreadable manifest.
+Exit status: 0 every outcome and assumption matches the manifest; 1 some differ (an `unknown` always differs),
+or the manifest and the theorems in code are not one set (checked under `--only` too); 2 bad usage or an
+unreadable manifest.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
+from model import manifest
+from model.manifest import MANIFEST, Row
 from model.prove import SOLVER_TIMEOUT_MS, Result
 from model.theorems import THEOREMS, Theorem, trace_config
 from model.trace import Failure, Trace, dump
-
-MANIFEST = Path(__file__).with_name("manifest.json")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        expected = _load_manifest(args.manifest)
+        rows = manifest.load(args.manifest)
     except ValueError as exc:
         print(f"model prove: {exc}", file=sys.stderr)
         return 2
@@ -31,19 +30,27 @@ def main(argv: list[str] | None = None) -> int:
     if chosen is None:
         print(f"model prove: unknown theorem in --only; known: {', '.join(t.name for t in THEOREMS)}", file=sys.stderr)
         return 2
+    unpaired = manifest.unpaired(rows, THEOREMS)
+    for line in unpaired:
+        print(f"MISMATCH {line}")
     timeout_ms = int(args.timeout * 1000)
     print(f"{'theorem':<46} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
-    mismatches = []
+    results, mismatches = [], []
     for theorem in chosen:
         result = theorem.run(theorem.name, timeout_ms)
-        want = expected.get(theorem.name)
-        ok = want is not None and _matches(result, want)
-        print(_row(result, want, ok), flush=True)
-        if not ok:
+        results.append(result)
+        differences = manifest.differences(theorem, result, rows.get(theorem.name))
+        print(_row(result, rows.get(theorem.name), differences), flush=True)
+        if differences:
             mismatches.append(result)
+        unsettled = _unsettled(theorem, chosen)
+        if unsettled:
+            print(f"  assumes {', '.join(unsettled)}, whose theorems this run does not settle")
         if args.export_traces and result.steps is not None:
             print(f"  trace: {_export(theorem, result, args.export_traces)}")
-    return _summary(chosen, mismatches)
+    if args.record_seconds:
+        _record(args.manifest, results, matched=not (mismatches or unpaired))
+    return _summary(chosen, mismatches, unpaired)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
         help="solver timeout per query, seconds (an exceeded one is reported unknown)",
     )
     prove.add_argument("--manifest", type=Path, default=MANIFEST, help="expected outcomes (JSON)")
+    prove.add_argument(
+        "--record-seconds",
+        action="store_true",
+        help="after a run that matches the manifest, write each settled theorem's runtime into its row",
+    )
     return parser
 
 
@@ -72,16 +84,6 @@ def _positive(text: str) -> float:
     return value
 
 
-def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    try:
-        doc = json.loads(path.read_text())
-        theorems = doc["theorems"]
-        assert isinstance(theorems, dict)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
-        raise ValueError(f"cannot read manifest {path}: {exc}") from None
-    return theorems
-
-
 def _select(only: list[str] | None) -> list[Theorem] | None:
     if not only:
         return list(THEOREMS)
@@ -91,19 +93,19 @@ def _select(only: list[str] | None) -> list[Theorem] | None:
     return [by_name[name] for name in only]
 
 
-def _matches(result: Result, want: dict[str, Any]) -> bool:
-    return result.outcome == want.get("outcome") and result.depth == want.get("depth", result.depth)
+def _unsettled(theorem: Theorem, chosen: list[Theorem]) -> list[str]:
+    """The invariants `theorem` assumes whose own `inductive:*` theorem is not among those settled now."""
+    names = {t.name for t in THEOREMS} - {t.name for t in chosen}
+    return [a for a in theorem.assumes if f"inductive:{a}@{theorem.shape}" in names]
 
 
-def _row(result: Result, want: dict[str, Any] | None, ok: bool) -> str:
+def _row(result: Result, row: Row | None, differences: list[str]) -> str:
     depth = "-" if result.depth is None else str(result.depth)
-    expect = "(none in manifest)"
-    if want is not None:
-        expect = want["outcome"] + (f"@{want['depth']}" if "depth" in want else "")
+    expect = "(none in manifest)" if row is None else row.outcome + ("" if row.depth is None else f"@{row.depth}")
     line = f"{result.theorem:<46} {result.outcome:<9} {depth:>5} {result.seconds:>8.3f}  {expect}"
-    if not ok:
-        line += "  MISMATCH"
-    if result.detail and (not ok or result.outcome != "proved"):
+    if differences:
+        line += "  MISMATCH" + "".join(f"\n    {d}" for d in differences if d != "no manifest row")
+    if result.detail and (differences or result.outcome != "proved"):
         line += "\n" + "\n".join("    " + d for d in result.detail.splitlines())
     return line
 
@@ -124,12 +126,23 @@ def _export(theorem: Theorem, result: Result, out_dir: Path) -> Path:
     return path
 
 
-def _summary(chosen: list[Theorem], mismatches: list[Result]) -> int:
-    if not mismatches:
+def _record(path: Path, results: list[Result], matched: bool) -> None:
+    if not matched:
+        print("prove: runtimes not recorded: the run differs from the manifest")
+        return
+    manifest.record_seconds(path, results)
+    print(f"prove: recorded the runtimes of {len(results)} theorems in {path}")
+
+
+def _summary(chosen: list[Theorem], mismatches: list[Result], unpaired: list[str]) -> int:
+    if not mismatches and not unpaired:
         print(f"prove: {len(chosen)} theorems, every outcome matches the manifest")
         return 0
-    names = ", ".join(r.theorem for r in mismatches)
-    print(f"prove: {len(mismatches)} of {len(chosen)} theorems differ from the manifest: {names}")
+    if unpaired:
+        print(f"prove: the manifest and the theorems in code are not one set: {'; '.join(unpaired)}")
+    if mismatches:
+        names = ", ".join(r.theorem for r in mismatches)
+        print(f"prove: {len(mismatches)} of {len(chosen)} theorems differ from the manifest: {names}")
     return 1
 
 

@@ -19,8 +19,19 @@ from typing import Any
 
 from model.interp import PyOps
 from model.state import NO_OWNER, SENTINEL_ROW, Sizes, State
-from properties.invariants import ceil_align, holds, live_status, page_floor, row_free
-from properties.snapshot import STATUS_DECODE, STATUS_DONE, STATUS_NEW, STATUS_PREFILL, STATUS_WAITING
+from properties.vocabulary import (
+    STATUS_DECODE,
+    STATUS_DONE,
+    STATUS_NEW,
+    STATUS_PREFILL,
+    STATUS_WAITING,
+    holds,
+    live_status,
+    owned_slots,
+    row_free,
+)
+from properties.vocabulary import ceil_align_in as ceil_align
+from properties.vocabulary import page_floor_in as page_floor
 
 Args = dict[str, Any]
 Fn = Callable[[Any, Sizes, State, Args], Any]
@@ -86,7 +97,7 @@ def _set_status(o: Any, s: State, req: Any, status: Any) -> State:
 
 def own_slots(o: Any, p: Sizes, s: State, req: Any) -> Any:
     """The slots a holding record owns alone: its pages from `P` up to `ceil_align(A)`."""
-    return ceil_align(o, p, _sel(o, s, "rec_A", req)) - _sel(o, s, "rec_P", req)
+    return owned_slots(_sel(o, s, "rec_P", req), _sel(o, s, "rec_A", req), p.page_size)
 
 
 # -- guards shared by several actions ---------------------------------------------------------------------

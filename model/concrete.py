@@ -9,7 +9,7 @@ from model.interp import PY
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
 from properties.invariants import INVARIANTS
-from properties.snapshot import STATUS_NEW
+from properties.vocabulary import STATUS_NEW
 
 
 class Model:

@@ -20,7 +20,7 @@ from typing import Any
 import z3
 
 from model.interp import Cells
-from properties.snapshot import STATUS_NEW
+from properties.vocabulary import STATUS_NEW
 
 NO_OWNER = -1
 SENTINEL_ROW = -1

@@ -17,8 +17,8 @@ from model.interp import PY, Z3
 from model.prove import Result, _solver, assume_invariants, bmc, induction, symbolic_sizes
 from model.state import SENTINEL_ROW, Sizes, State, symbolic
 from model.trace import Step
-from properties.invariants import BY_ID, INVARIANTS, holds, live
-from properties.snapshot import STATUS_DECODE
+from properties.invariants import BY_ID, INVARIANTS
+from properties.vocabulary import STATUS_DECODE, holds, live
 
 # Pool shapes theorems are stated over, and the concrete pools bounded searches run on (the fuzzer's pools).
 SHAPES = {
@@ -41,7 +41,9 @@ SYMBOLIC = [inv for inv in INVARIANTS if inv.symbolic is not None]
 
 @dataclass(frozen=True)
 class Theorem:
-    """A named claim; `run` settles it. `faults` are the model's fault variants it is stated over."""
+    """A named claim; `run` settles it. `faults` are the model's fault variants it is stated over; `assumes` is
+    what its proof takes as given (invariant ids, each settled by its own `inductive:*` theorem, and
+    restrictions on the record or the steps, as stated). A bounded search from the initial state assumes nothing."""
 
     name: str
     statement: str
@@ -49,6 +51,11 @@ class Theorem:
     faults: frozenset[str]
     run: Callable[[str, int], Result]
     violates: str | None = None
+    assumes: tuple[str, ...] = ()
+
+
+def _ids(invariants: list[Any]) -> tuple[str, ...]:
+    return tuple(inv.id for inv in invariants)
 
 
 def trace_config(shape: str, faults: frozenset[str]) -> dict[str, Any]:
@@ -97,7 +104,9 @@ def _inductive(inv_id: str, shape: str) -> Theorem:
     def run(name: str, timeout_ms: int) -> Result:
         return induction(name, SHAPES[shape], steps_of(frozenset()), SYMBOLIC, BY_ID[inv_id], timeout_ms)
 
-    return Theorem(f"inductive:{inv_id}@{shape}", f"{BY_ID[inv_id].statement} is inductive", shape, frozenset(), run)
+    others = tuple(i for i in _ids(SYMBOLIC) if i != inv_id)
+    statement = f"{BY_ID[inv_id].statement} is inductive"
+    return Theorem(f"inductive:{inv_id}@{shape}", statement, shape, frozenset(), run, assumes=others)
 
 
 def two_live_on_one_row(s: State, tag: str) -> Any:
@@ -123,7 +132,8 @@ def _stale_reuse_record() -> Theorem:
 
     # The offload release reads req_pool_idx raw, so a raw row free defeats its guard: a second release, which
     # no reuse guard can prevent (theorem sentinel-boundary:raw-row-free).
-    steps = [a for a in steps_of(faults) if a.name != "offload_release"]
+    left_out = "offload_release"
+    steps = [a for a in steps_of(faults) if a.name != left_out]
 
     def run(name: str, timeout_ms: int) -> Result:
         result = Result(name, "proved", None, 0.0)
@@ -136,7 +146,7 @@ def _stale_reuse_record() -> Theorem:
         return result
 
     statement = "with the record-based reuse guard, even with a raw row free, no row is held by two live records"
-    return Theorem("stale-reuse:record-guard", statement, "chunk", faults, run)
+    return Theorem("stale-reuse:record-guard", statement, "chunk", faults, run, assumes=(f"no {left_out} step",))
 
 
 def _releases(sizes: Sizes, s: State, req: Any) -> tuple[State, State]:
@@ -161,7 +171,8 @@ def _release_equivalence(shape: str) -> Theorem:
         return _verdict(name, solver, "the two releases differ on a state satisfying the preconditions")
 
     statement = "under PR #37167's preconditions the hand-written PP release equals release_kv_cache(is_insert=False)"
-    return Theorem(f"release-equivalence@{shape}", statement, shape, frozenset(), run)
+    assumes = (*_ids(SYMBOLIC), "live(req)", *MANUAL_PRECONDITIONS)
+    return Theorem(f"release-equivalence@{shape}", statement, shape, frozenset(), run, assumes=assumes)
 
 
 def _verdict(name: str, solver: z3.Solver, sat_detail: str) -> Result:
@@ -280,7 +291,7 @@ def _sentinel_guard() -> Theorem:
         "with the raw guard `req_pool_idx is None or == -1`, the offload release acts only on a record that "
         "owns its row: one never given a row or already released (None) and one carrying -1 are refused"
     )
-    return Theorem("sentinel-boundary:raw-guard", statement, "radix", frozenset(), run)
+    return Theorem("sentinel-boundary:raw-guard", statement, "radix", frozenset(), run, assumes=_ids(SYMBOLIC))
 
 
 def _offload_equivalence(shape: str) -> Theorem:
@@ -300,7 +311,10 @@ def _offload_equivalence(shape: str) -> Theorem:
         "release_kv_cache(is_insert=False) does, except that with a protected prefix of P tokens it frees "
         "those P tree-held slots again and keeps the tree lock (equal when P == 0, where it is enabled)"
     )
-    return Theorem(f"sentinel-boundary:release-equivalence@{shape}", statement, shape, frozenset(), run)
+    assumes = (*_ids(SYMBOLIC), "status(req) == decoding", "holds_kv(req)")
+    return Theorem(
+        f"sentinel-boundary:release-equivalence@{shape}", statement, shape, frozenset(), run, assumes=assumes
+    )
 
 
 def offload_differs_only_by_prefix(offload: State, unified: State, req: Any, protected: Any) -> Any:

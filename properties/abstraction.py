@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from properties.snapshot import STATUS_CODES, SnapshotLike
-
+from properties.snapshot import SnapshotLike
+from properties.vocabulary import STATUS_CODES
 
 # What a released record's `cache_protected_len` reads as: no contract path reads it before a re-admission
 # matches afresh, and versions leave it differently (0.5.18 as it was, 0.5.23's finishing checkpoint moves it

@@ -8,6 +8,10 @@ one message per violation, naming the requests and rows involved.
 Counting invariants are stated symbolically over ghost counters the model keeps (`n_free_rows`,
 `owned_slots`); their link to the arrays is a cardinality, which the concrete check recounts on the pool.
 Slot identity is abstracted away by the model, so slot-level checks are concrete only.
+
+The record predicates and page arithmetic the forms use are the model's own (`properties.vocabulary`). The
+catalog imports no torch, because the model reads it for the symbolic forms: the whole-pool page check, which
+runs on tensors, imports `properties.page_check` when it first runs.
 """
 
 from __future__ import annotations
@@ -15,52 +19,26 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from properties.page_check import AUTO_ORACLE_LIMIT, PageLists, PageSnapshot, check_page_lists, check_pages
-from properties.snapshot import (
+from properties.snapshot import SnapshotLike
+from properties.vocabulary import (
     LIVE_STATUSES,
     STATUS_CODES,
-    STATUS_DECODE,
     STATUS_DONE,
     STATUS_NEW,
     STATUS_PREFILL,
     STATUS_WAITING,
-    SnapshotLike,
+    Term,
+    holds,
+    live,
+    live_status,
+    owned_slots,
+    page_floor,
 )
 
-Term = Any
-
-
-def holds(o: Any, s: Any, i: Term) -> Term:
-    """`holds_kv` of record `i`: its row is set (row 0 is padding and means none)."""
-    return o.select(s.rec_row, i) != 0
-
-
-def row_free(o: Any, p: Any, s: Any, r: Term) -> Term:
-    """Row `r` is a real row and sits in the free list."""
-    return o.And(r >= 1, r <= p.rows, o.Not(o.select(s.row_held, r)))
-
-
-def page_floor(o: Any, p: Any, x: Term) -> Term:
-    """`x` rounded down to a whole number of pages."""
-    return x if p.page_size == 1 else o.div(x, p.page_size) * p.page_size
-
-
-def ceil_align(o: Any, p: Any, x: Term) -> Term:
-    """`x` rounded up to a whole number of pages (SGLang's `ceil_align`)."""
-    return x if p.page_size == 1 else o.div(x + p.page_size - 1, p.page_size) * p.page_size
-
-
-def live_status(o: Any, status: Term) -> Term:
-    """The scheduler runs the request: in prefill (between chunks included) or decoding."""
-    return o.Or(status == STATUS_PREFILL, status == STATUS_DECODE)
-
-
-def live(o: Any, s: Any, i: Term) -> Term:
-    return o.And(live_status(o, o.select(s.rec_status, i)), holds(o, s, i))
+if TYPE_CHECKING:
+    from properties.page_check import PageLists, PageSnapshot
 
 
 @dataclass(frozen=True)
@@ -268,7 +246,7 @@ def _unprotected(o: Any, p: Any, s: Any, i: Term) -> Term:
 
 def _protected_pages(o: Any, p: Any, s: Any, i: Term) -> Term:
     P = o.select(s.rec_P, i)
-    return o.Implies(holds(o, s, i), page_floor(o, p, P) == P)
+    return o.Implies(holds(o, s, i), page_floor(P, p.page_size) == P)
 
 
 def _protected_pages_check(snap: SnapshotLike) -> list[str]:
@@ -349,7 +327,7 @@ def _token_conservation(o: Any, p: Any, s: Any) -> Term:
 def _token_conservation_check(snap: SnapshotLike) -> list[str]:
     ps = snap.page_size
     free = (snap.free_slots.numel() + snap.release_slots.numel()) * ps
-    owned = sum(-(-r.allocated_len // ps) * ps - r.protected_len for r in snap.records.values() if r.row is not None)
+    owned = sum(owned_slots(r.protected_len, r.allocated_len, ps) for r in snap.records.values() if r.row is not None)
     tree = snap.evictable_size + snap.protected_size
     if free + tree + owned != snap.tokens_total:
         return [f"{free} free + {tree} tree-owned + {owned} request-owned slots != {snap.tokens_total} slots"]
@@ -358,6 +336,10 @@ def _token_conservation_check(snap: SnapshotLike) -> list[str]:
 
 def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
     """The tensors the whole-pool page check reads, from a target's snapshot."""
+    import torch
+
+    from properties.page_check import PageSnapshot
+
     holding = [rec for rec in snap.records.values() if rec.row is not None and 1 <= rec.row <= snap.rows_total]
     as_long = lambda values: torch.tensor(values, dtype=torch.int64)  # noqa: E731
     tree_pages = torch.unique(snap.tree_slots // snap.page_size) if snap.tree_slots.numel() else as_long([])
@@ -377,6 +359,8 @@ def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
 def page_lists(snap: SnapshotLike) -> PageLists | None:
     """The page check's input as plain lists, where the oracle is the right backend (a small pool on the CPU:
     see `AUTO_ORACLE_LIMIT`); None elsewhere."""
+    from properties.page_check import AUTO_ORACLE_LIMIT, PageLists
+
     holding = [rec for rec in snap.records.values() if rec.row is not None and 1 <= rec.row <= snap.rows_total]
     num_pages = snap.tokens_total // snap.page_size
     if not snap.req_to_token.is_cpu or num_pages + sum(r.allocated_len for r in holding) > AUTO_ORACLE_LIMIT:
@@ -395,6 +379,8 @@ def page_lists(snap: SnapshotLike) -> PageLists | None:
 
 
 def _page_ownership_check(snap: SnapshotLike) -> list[str]:
+    from properties.page_check import check_page_lists, check_pages
+
     try:
         lists = page_lists(snap)
         result = check_pages(page_snapshot(snap), backend="auto") if lists is None else check_page_lists(lists)

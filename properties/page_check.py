@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from properties.vocabulary import num_new_pages
+
 Owner = int | str  # a row id (its own range holds the page), "tree" or "free"
 
 PADDING_PAGE = "padding-page"  # page 0 referenced by a row position, the tree or the free lists
@@ -222,7 +224,7 @@ def _check_oracle(snap: PageLists) -> PageCheckResult:
         owners = _holders(rows.stray.get(page, []), tree_count[page], free_count[page])
         violations.append(PageViolation(PADDING_PAGE if page == 0 else OUT_OF_RANGE, page, owners))
     ps = snap.page_size
-    owned = sum(-(-allocated // ps) - -(-protected // ps) for _, protected, allocated, _ in snap.rows)
+    owned = sum(num_new_pages(protected, allocated, ps) for _, protected, allocated, _ in snap.rows)
     violations.sort(key=lambda v: (v.page, v.kind))
     return PageCheckResult(violations, n, len(snap.free_pages) + len(snap.release_pages), len(snap.tree_pages), owned)
 
@@ -451,11 +453,7 @@ def _unaligned_violations(snap: PageSnapshot) -> list[PageViolation]:
 
 def _owned_pages(snap: PageSnapshot) -> int:
     ps = snap.page_size
-    return int((_ceil_div(snap.allocated_lens, ps) - _ceil_div(snap.protected_lens, ps)).sum())
-
-
-def _ceil_div(values: torch.Tensor, divisor: int) -> torch.Tensor:
-    return torch.div(values + divisor - 1, divisor, rounding_mode="floor")
+    return int(num_new_pages(snap.protected_lens, snap.allocated_lens, ps).sum())
 
 
 # -- shared by every backend ---------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""What properties/ reads from a target: a pool snapshot, described structurally (targets never import us)."""
+"""What properties/ reads from a target: a pool snapshot, described structurally (targets never import it)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:
+    import torch  # annotations only: importing the catalog (and so the model) loads no torch
 
 
 class RecordLike(Protocol):
@@ -66,23 +67,3 @@ class SnapshotLike(Protocol):
     def evictable_size(self) -> int: ...
     @property
     def protected_size(self) -> int: ...
-
-
-# Scheduler statuses as targets report them, and the model's status codes for each.
-# A live request is in prefill (possibly between chunks) or decoding; only prefill extends again.
-# A retracted request waits with no KV (STATUS_WAITING); a request never admitted is unknown to the pool.
-STATUS_NEW, STATUS_PREFILL, STATUS_DONE, STATUS_DECODE, STATUS_WAITING = 0, 1, 2, 3, 4
-STATUS_CODES = {
-    "running": STATUS_PREFILL,
-    "finished": STATUS_DONE,
-    "decoding": STATUS_DECODE,
-    "waiting": STATUS_WAITING,
-}
-STATUS_NAMES = {
-    STATUS_NEW: "new",
-    STATUS_PREFILL: "prefill",
-    STATUS_DONE: "released",
-    STATUS_DECODE: "decoding",
-    STATUS_WAITING: "waiting",
-}
-LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})

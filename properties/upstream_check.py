@@ -89,6 +89,7 @@ from properties.page_check import (
     PageViolation,
     check_pages,
 )
+from properties.vocabulary import ceil_div
 
 _EXPECTED = {
     "req_to_token_pool": "sglang's ReqToTokenPool",
@@ -221,4 +222,4 @@ def _tree_pages(values: list[torch.Tensor], page_size: int, device: torch.device
         return torch.empty(0, dtype=torch.int64, device=device)
     slots = torch.cat([value.to(device=device, dtype=torch.int64) for value in values])
     pages, runs = torch.unique_consecutive(torch.div(slots, page_size, rounding_mode="floor"), return_counts=True)
-    return torch.repeat_interleave(pages, torch.div(runs + page_size - 1, page_size, rounding_mode="floor"))
+    return torch.repeat_interleave(pages, ceil_div(runs, page_size))

@@ -15,8 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from impl.alloc_kernels import MISSING_SLOT, alloc_decode, alloc_extend, num_new_pages
+from impl.alloc_kernels import MISSING_SLOT, alloc_decode, alloc_extend
 from impl.triton_env import KERNELS_MODULE, TritonModeError, prepare_triton
+from properties.vocabulary import num_new_pages
 
 PAGE_SIZES = (1, 4, 16, 64)
 MAX_PAGE_ID = 100_000
@@ -46,7 +47,7 @@ class Batch:
 
     def new_pages(self) -> int:
         pre, seq, _, _ = self.tensors()
-        return num_new_pages(pre, seq, self.page_size)
+        return int(num_new_pages(pre, seq, self.page_size).sum())
 
 
 def make_batch(draw: DrawInt, page_size: int, max_batch: int, decode: bool) -> Batch:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.__main__ import main as replay_main
+from fuzz.replay import load_trace, replay
 from model import theorems
 from model.__main__ import main as prove_main
 from model.actions import (
@@ -25,11 +26,12 @@ from model.actions import (
     actions_for,
     offload_guard_presence,
 )
+from model.manifest import MANIFEST
 from model.prove import bmc, induction
 from model.state import SENTINEL_ROW
 from model.theorems import RECORD_GUARD_INVARIANTS, SHAPES, SYMBOLIC, THEOREMS, Theorem, two_live_on_one_row
-from properties.invariants import BY_ID, ceil_align
-from properties.snapshot import STATUS_DONE
+from properties.invariants import BY_ID
+from properties.vocabulary import STATUS_DONE, ceil_align
 
 CHUNK, RADIX = SHAPES["chunk"], SHAPES["radix"]
 
@@ -48,10 +50,13 @@ def test_prove_matches_the_manifest(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_different_expectation_fails_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(MANIFEST.read_text())
+    doc["theorems"]["stale-reuse:legacy-guard"] = {"outcome": "proved"}
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"theorems": {"stale-reuse:legacy-guard": {"outcome": "proved"}}}))
+    manifest.write_text(json.dumps(doc))
     assert prove_main(["prove", "--only", "stale-reuse:legacy-guard", "--manifest", str(manifest)]) == 1
-    assert "MISMATCH" in capsys.readouterr().out
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("stale-reuse:legacy-guard"))
+    assert row.endswith("proved  MISMATCH")
 
 
 def test_solver_timeout_is_unknown_never_proved(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,7 +140,7 @@ def test_an_offload_release_that_skips_the_over_allocation_is_caught(monkeypatch
     def leaves_draft_slots(o, p, s, a):  # type: ignore[no-untyped-def]
         # #19518: the offload release never freed the draft slots `[ceil_align(n), A)`.
         after, req = _offload_update(o, p, s, a), a["req"]
-        draft = ceil_align(o, p, o.select(s.rec_A, req)) - ceil_align(o, p, o.select(s.rec_C, req))
+        draft = ceil_align(o.select(s.rec_A, req), p.page_size) - ceil_align(o.select(s.rec_C, req), p.page_size)
         return after.but(n_free_slots=after.n_free_slots - draft)
 
     _with_offload(monkeypatch, update=leaves_draft_slots)
@@ -150,9 +155,23 @@ def test_the_presence_guard_trace_replays_only_with_its_fault(
     assert prove_main(["prove", "--only", name, "--export-traces", str(tmp_path)]) == 0
     trace = tmp_path / "sentinel-boundary_presence-guard.json"
     assert [s["op"] for s in json.loads(trace.read_text())["steps"]][-1] == "offload_release"
+    assert _replayed_failure(trace) == (_recorded_step(trace), "accepted-forbidden", "offload_release")
     assert replay_main(["replay", str(trace)]) == 1
     assert "accepted-forbidden offload_release" in capsys.readouterr().out
     assert replay_main(["replay", str(trace), "--faults", "none"]) == 0
+
+
+def _recorded_step(path: Path) -> int:
+    failure = load_trace(path, None).failure
+    assert failure is not None
+    return failure.step
+
+
+def _replayed_failure(path: Path) -> tuple[int, str, str] | None:
+    """Where the pool fails on replay, and how. A prover trace records the theorem's bad state, which the pool
+    reaches through the trace's last call: the contract forbids that call there, and the pool accepts it."""
+    failure = replay(load_trace(path, None)).failure
+    return None if failure is None else (failure.step, failure.kind, failure.id)
 
 
 def test_a_bounded_search_out_of_budget_says_so_with_the_depth_it_reached() -> None:
@@ -194,4 +213,5 @@ def test_each_divergence_trace_names_its_precondition_and_replays(
     (trace,) = tmp_path.glob("*.json")
     failure = json.loads(trace.read_text())["failure"]
     assert f"drops `{precondition}`" in failure["message"]
+    assert _replayed_failure(trace) == (failure["step"], "accepted-forbidden", "pp_release_manual")
     assert replay_main(["replay", str(trace)]) == 1

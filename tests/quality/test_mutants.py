@@ -13,8 +13,8 @@ import pytest
 
 from fuzz.__main__ import main as fuzz_main
 from fuzz.profiles import POOLS, Profile
+from fuzz.replay import load_trace, replay
 from fuzz.run import run
-from model.trace import load
 
 # Short cases shrink fast, and every fault below shows within a handful of steps.
 FAST = Profile("quality", max_examples=200, steps_per_case=10, derandomize=True, keep_database=False)
@@ -36,8 +36,11 @@ CASES = [
 def test_fault_is_found_small_and_replays_only_with_it(tmp_path: Path, fault: str, pool: str, most_steps: int) -> None:
     result = run({**POOLS[pool], "faults": [fault]}, FAST, None, tmp_path / "ce", tmp_path / "db")
     assert result.counterexample is not None, f"{fault} was not found on {pool}"
-    trace = load(result.counterexample)
+    trace = load_trace(result.counterexample, None)
     assert trace.config["faults"] == [fault]
     assert len(trace.steps) <= most_steps, f"{fault}: {len(trace.steps)} steps"
+    found, recorded = replay(trace).failure, trace.failure
+    assert found is not None and recorded is not None
+    assert (found.step, found.kind, found.id) == (recorded.step, recorded.kind, recorded.id), "replayed otherwise"
     assert fuzz_main(["replay", str(result.counterexample)]) == 1
     assert fuzz_main(["replay", str(result.counterexample), "--faults", "none"]) == 0
