@@ -25,7 +25,7 @@ from fuzz.emit import REGRESSIONS, emit
 from fuzz.machine import SWARMS
 from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
 from fuzz.mutants import cli as mutants_cli
-from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
+from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES, describe_pool
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
 from fuzz.targets import retarget, target_problem
@@ -143,12 +143,7 @@ def _run(args: argparse.Namespace) -> int:
         f"faults {', '.join(args.fault) or 'none'}, target {config['target']}",
         flush=True,
     )
-    print(
-        f"  pool {args.pool}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
-        f"page size {config['page_size']}, {config['cache']} cache, speculative {config['speculative']}, "
-        f"{config['device']}",
-        flush=True,
-    )
+    print(f"  {describe_pool(args.pool, config)}", flush=True)
     result = run(config, profile, seed, args.out, args.db, args.swarm)
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")

@@ -19,6 +19,7 @@ from model.concrete import Model
 from model.interp import PY
 from model.trace import Failure, Step
 from properties.abstraction import observe
+from properties.eviction import check_evictions
 from properties.invariants import check_snapshot
 from properties.vocabulary import LIVE_STATUSES as LIVE
 from properties.vocabulary import STATUS_DECODE
@@ -49,6 +50,18 @@ OPS = frozenset(_CALLS) | {DIFFERENTIAL}
 # Calls the scheduler makes on whatever its batches still list, filtering by status before the pool sees them
 # (preemption skips requests that finished this round, #18694): the filter must refuse them, not a pool assert.
 SCHEDULER_FILTERED = frozenset({"retract"})
+
+
+@dataclass(frozen=True)
+class ReleasePair:
+    """Two release paths the differential runs from one state: `why` they must leave the same pool (a named
+    theorem, or the same upstream code path); `failed` names the precondition that does not hold here, and then
+    a difference is only reported."""
+
+    first: str
+    second: str
+    why: str
+    failed: str | None
 
 
 class StepFailed(AssertionError):
@@ -89,8 +102,9 @@ class Lockstep:
         if op == DIFFERENTIAL:
             return self.differential(inputs["req"])
         index, before = len(self.steps), self.snap
-        args = {**inputs, **self._prefix(op, inputs)}
+        args = {**inputs, **self._observed(op, inputs)}
         legal = self.model.enabled(op, args)
+        self.target.take_evictions()  # none is pending between steps; this makes sure
         try:
             result = _CALLS[op](self.target, args)
         except Refused as exc:
@@ -102,12 +116,19 @@ class Lockstep:
             self.corners = [f"{op}: crashed"]
             return Failure(index, "crash", op, f"{_call(op, args)} raised {type(exc).__name__}: {exc}")
         self.snap = self.target.snapshot()
-        choice = self._choices(op, args, result, before, self.snap)
+        evictions = [(e.asked, e.evicted) for e in self.target.take_evictions()]
+        choice = self._choices(op, args, result, before, self.snap, evictions)
         self.steps.append(Step(op, args, choice))
         self.corners = step_corners(op, args, choice, before, self.snap)
         if not legal:
             return self._accepted_forbidden(index, op, args)
-        return self._judge(index, op, {**args, **choice}) or self._observe(index)
+        if op == "evict":
+            evictions.append((args["n"], int(result)))
+        return (
+            self._judge(index, op, {**args, **choice})
+            or self._judge_evictions(index, before, evictions)
+            or self._observe(index)
+        )
 
     def differential(self, rid: int) -> Failure | None:
         """Run every release path that applies to `rid` on clones of the pool and compare their post-states:
@@ -122,13 +143,14 @@ class Lockstep:
                 results[path] = _run_path(self._clone(), path, rid)
             return results[path]
 
-        for first, second, equal_when in self._release_pairs(rid):
+        for pair in self._release_pairs(rid):
+            first, second = pair.first, pair.second
             diffs = _differences(after(first), after(second))
-            if diffs and equal_when is None:
-                why = f"request {rid}: the model proves them equal here, the pool differs: " + "; ".join(diffs)
+            if diffs and pair.failed is None:
+                why = f"request {rid}: they must match here ({pair.why}), the pool differs: " + "; ".join(diffs)
                 return Failure(index, "release-divergence", f"{first} vs {second}", why)
             if diffs:
-                self.corners.append(f"differential: {first} vs {second} differ without `{equal_when}`")
+                self.corners.append(f"differential: {first} vs {second} differ without `{pair.failed}`")
             else:
                 self.corners.append(f"differential: {first} == {second}")
         return None
@@ -137,51 +159,85 @@ class Lockstep:
         """A copy of the target to run one release path on."""
         return self.target.clone()
 
-    def _release_pairs(self, rid: int) -> list[tuple[str, str, str | None]]:
-        """Pairs of release paths, each with None where the model proves them equal, else the failed precondition."""
+    def _release_pairs(self, rid: int) -> list[ReleasePair]:
+        """The pairs of release paths that apply to `rid`, each with why it must match and, where it need not
+        here, the precondition that failed."""
         m, status = self.model, self.model.state.rec_status.get(rid)
         if status not in LIVE:
             return []
         held = manual_release_preconditions(PY, m.sizes, m.state, rid)
         failed = next((MANUAL_PRECONDITIONS[k] for k, ok in enumerate(held) if not ok), None)
-        pairs: list[tuple[str, str, str | None]] = [
-            ("pp_release", "pp_release_manual", failed),
-            ("pp_release", "retract", None),
+        theorem = f"theorem release-equivalence@{'radix' if m.sizes.radix else 'chunk'}"
+        evicts = "release_req evicts nothing on demand" if m.sizes.on_demand else None
+        pairs = [
+            ReleasePair("pp_release", "pp_release_manual", theorem, failed),
+            ReleasePair("pp_release", "retract", "same code path: release_kv_cache(is_insert=False)", evicts),
         ]
         if status == STATUS_DECODE:
-            pairs.append(("finish", "abort", None))
-        return [pair for pair in pairs if pair[0] in self.ops and pair[1] in self.ops]  # the target's paths only
+            why = "same code path: an abort while decoding finishes through release_kv_cache(is_insert=True)"
+            pairs.append(ReleasePair("finish", "abort", why, None))
+        return [pair for pair in pairs if pair.first in self.ops and pair.second in self.ops]
 
-    def _prefix(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
-        """The prefix the tree holds for an admission, read before the call (the record's own P when reused)."""
+    def _observed(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
+        """What the model reads off the target before the call (`model.actions.OBSERVED`): the prefix the tree
+        holds for an admission (the record's own P when reused), and what an allocation could evict."""
+        observed = {}
         if op == "admit":
-            return {"prefix": self.target.peek_prefix(inputs["family"], inputs["prompt"])}
-        if op == "extend":
+            observed["prefix"] = self.target.peek_prefix(inputs["family"], inputs["prompt"])
+        elif op == "extend":
             record = self.snap.records.get(inputs["req"])
             if record is not None and record.row is not None:
-                return {"prefix": record.protected_len}
-            return {"prefix": self.target.peek_prefix_of(inputs["req"], inputs["n"]) if record is not None else 0}
-        return {}
+                observed["prefix"] = record.protected_len
+            else:
+                known = record is not None
+                observed["prefix"] = self.target.peek_prefix_of(inputs["req"], inputs["n"]) if known else 0
+        if "evictable" in dict(self.model.action(op).params):
+            observed["evictable"] = self._evictable(op, inputs)
+        return observed
+
+    def _evictable(self, op: str, inputs: dict[str, int]) -> int:
+        """What the call could evict on demand: after its own match's lock for an extend, else the whole
+        evictable part of the tree (a retraction may evict what its own release unlocks)."""
+        if not self.config.get("evict_on_demand"):
+            return 0
+        rid = inputs["req"]
+        if op == "admit":
+            return self.target.peek_evictable(rid, inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"])
+        if op == "extend":
+            return self.target.peek_evictable(rid, inputs["n"])
+        if op == "retract":
+            return self.snap.evictable_size + self.snap.protected_size
+        return self.target.peek_evictable(rid)
 
     def _choices(
-        self, op: str, args: dict[str, int], result: Any, before: PoolSnapshot, after: PoolSnapshot
+        self,
+        op: str,
+        args: dict[str, int],
+        result: Any,
+        before: PoolSnapshot,
+        after: PoolSnapshot,
+        evictions: list[tuple[int, int]],
     ) -> dict[str, int]:
-        """What the pool chose, read from its answer and from what its tree gained."""
+        """What the pool chose, read from its answer, from what its tree gained and from what it evicted."""
         action = self.model.action(op)
         choice: dict[str, int] = {}
+        evicted = sum(freed for _, freed in evictions)
         if "row" in action.choice:
             choice["row"] = result
         if "freed" in action.choice:
             choice["freed"] = result
+        if "evicted" in action.choice:
+            choice["evicted"] = evicted
         if "dup" in action.choice:
-            choice["dup"] = self._dup(op, args, before, after)
+            choice["dup"] = self._dup(op, args, before, after, evicted)
         return choice
 
-    def _dup(self, op: str, args: dict[str, int], before: PoolSnapshot, after: PoolSnapshot) -> int:
-        """Of the key the step inserted into the tree, the part the tree already held."""
+    def _dup(self, op: str, args: dict[str, int], before: PoolSnapshot, after: PoolSnapshot, evicted: int) -> int:
+        """Of the key the step inserted into the tree, the part the tree already held (what the step evicted
+        first left the tree before the insert)."""
         if self.config.get("cache") != "radix":
             return 0
-        gained = _tree_size(after) - _tree_size(before)
+        gained = _tree_size(after) - _tree_size(before) + evicted
         page = self.config.get("page_size", 1)
         if op in ("admit", "extend"):
             return after.records[args["req"]].protected_len - gained
@@ -237,6 +293,10 @@ class Lockstep:
         if "row" in args and op in ("admit", "extend", "pd_prealloc"):
             self.last_row[args["req"]] = args["row"]
         return None
+
+    def _judge_evictions(self, index: int, before: PoolSnapshot, evictions: list[tuple[int, int]]) -> Failure | None:
+        problems = check_evictions(before, self.snap, evictions, self.snap.page_size)
+        return Failure(index, "invariant", "eviction", "; ".join(problems)) if problems else None
 
     def _observe(self, index: int) -> Failure | None:
         violations = check_snapshot(self.snap)

@@ -11,11 +11,13 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 # The pools runs fuzz: small, so that rows, slots and pages run out often.
 _SMALL = {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32}
+# Eviction both ways: radix-p4 evicts only in its own step (the allocator's on-demand hook off), radix-p1 evicts on
+# demand inside allocation and retraction, as upstream ships it.
 POOLS: dict[str, dict[str, Any]] = {
     "chunk-p1": {**_SMALL, "page_size": 1, "cache": "chunk", "speculative": False},
-    "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
-    # The paged allocator under the chunk cache: the page-size-4 shape the upstream target drives.
     "chunk-p4": {**_SMALL, "page_size": 4, "cache": "chunk", "speculative": False},
+    "radix-p1": {**_SMALL, "page_size": 1, "cache": "radix", "speculative": False, "evict_on_demand": True},
+    "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
 }
 TARGET_NAMES = ("reference", "sglang")  # `--target` replaces a pool's target; the shapes are the same
 DEFAULT_POOL = POOLS["chunk-p1"]
@@ -57,3 +59,18 @@ PROFILES = {
         Profile("nightly", max_examples=100_000, steps_per_case=50, derandomize=False, keep_database=True),
     )
 }
+
+
+def describe_pool(name: str, config: dict[str, Any]) -> str:
+    """One line naming the pool a run steps: sizes, cache, how it evicts, and what the target leaves out."""
+    eviction = "evicts on demand" if config.get("evict_on_demand") else "evicts in its own step"
+    cache = f"{config['cache']} cache ({eviction})" if config["cache"] == "radix" else f"{config['cache']} cache"
+    if config["cache"] == "radix" and config.get("target") == "sglang":
+        cache += f", {config.get('tree_core', 'rust')} tree core where the version has cores"
+    line = (
+        f"pool {name}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
+        f"page size {config['page_size']}, {cache}, speculative {config['speculative']}, {config['device']}"
+    )
+    if POOLS.get(name, {}).get("speculative") and not config["speculative"]:
+        line += f" (the {config.get('target')} target runs this shape without its speculative steps)"
+    return line

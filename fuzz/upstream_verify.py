@@ -33,6 +33,7 @@ from properties.abstraction import observe
 TRIAGE = ("upstream-bug", "model-wrong", "contract-difference")
 ROOT = Path(__file__).resolve().parents[1]
 STEPS_PER_RANDOM_TRACE = 30
+MIN_STEPS = 10_000  # lockstep steps per pool shape, unless `--cases` bounds the run
 WHAT_CHARS = 160  # of a differential row's description in the printed table; its replay file's meta has it whole
 
 
@@ -176,30 +177,60 @@ def export_prover_traces(out: Path, ops: frozenset[str]) -> tuple[list[Path], li
 
 
 def replay_prover_traces(paths: list[Path], findings: list[Finding], version: str, report: Report) -> None:
-    """Each prover trace on the upstream target: it passes, is a known finding, or cannot run there (said why)."""
+    """Each prover trace on the upstream target and on the reference (both without faults): it passes, shows
+    upstream what it shows on the reference (the theorem's bad state, reached on upstream's own classes), is a
+    known finding, or cannot run there (said why). Only an upstream failure of its own is a mismatch."""
     report.say(f"prover traces on sglang {version}:")
     for path in paths:
-        trace = upstream_trace(load(path))
+        recorded = load(path)
+        theorem = recorded.meta.get("theorem", path.stem)
         try:
-            failure = replay(trace).failure
+            failure = replay(upstream_trace(recorded)).failure
         except TraceError as exc:
             report.say(f"  {path.stem}: not replayable upstream: {exc}")
             continue
+        on_reference = replay(Trace(reference_config(recorded.config), None, recorded.steps)).failure
         finding = known(findings, failure, version)
         if failure is None:
             report.say(f"  {path.stem}: passes")
         elif finding is not None:
             report.say(f"  {path.stem}: known {finding.id}")
+        elif on_reference is not None and _same(failure, on_reference):
+            report.say(
+                f"  {path.stem}: as on the reference, step {failure.step}: {failure.kind} {failure.id} "
+                f"({theorem}: the bad state on upstream's classes): {_short(failure.message)}"
+            )
         else:
             report.mismatch(f"{path.stem}: step {failure.step}: {failure.kind} {failure.id}: {failure.message}")
+
+
+def reference_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config on the reference without faults: what upstream is compared with."""
+    return {**config, "target": "reference", "faults": [], "kernel_backend": "torch"}
+
+
+def _same(a: Failure, b: Failure) -> bool:
+    return (a.step, a.kind, a.id) == (b.step, b.kind, b.id)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= WHAT_CHARS else text[: WHAT_CHARS - 3] + "..."
 
 
 # -- lockstep fuzzing -------------------------------------------------------------------------------------
 
 
 def upstream_pools() -> dict[str, dict[str, Any]]:
-    """The pool shapes the upstream target can build here, as sglang configs (`upstream_config`)."""
-    configs = {name: upstream_config(shape) for name, shape in POOLS.items()}
+    """The pool shapes the upstream target can build here, as sglang configs (`upstream_config`); a radix shape
+    once per tree core the installed version has (`shape@core`), the core servers run first."""
+    from impl.upstream.dialects import tree_cores
+
+    configs: dict[str, dict[str, Any]] = {}
+    for name, shape in POOLS.items():
+        cores = tree_cores() if shape["cache"] == "radix" else ()
+        for core in cores or (None,):
+            config = upstream_config(shape if core is None else {**shape, "tree_core": core})
+            configs[name if core is None else f"{name}@{core}"] = config
     return {name: config for name, config in configs.items() if target_problem(config) is None}
 
 
@@ -218,16 +249,26 @@ def fuzz_pool(
     # `fuzz run --target sglang` shrinks what turns out new.
     profile = replace(PROFILES["ci"], shrink=False, max_examples=cases or PROFILES["ci"].max_examples)
     exclude: frozenset[str] = frozenset()
+    steps, passes = 0, 0
     while True:
-        result = run(config, profile, None, out, out / "db", exclude=exclude)
+        # The first pass is the ci profile itself; without `cases`, further passes (seeded 1, 2, ...: reproducible)
+        # run until the shape has taken MIN_STEPS steps.
+        seed = None if passes == 0 else passes
+        this = profile if seed is None else replace(profile, derandomize=False)
+        result = run(config, this, seed, out, out / "db", exclude=exclude)
         rate = result.steps / result.seconds if result.seconds > 0 else 0.0
         dropped = f", without {', '.join(sorted(exclude))}" if exclude else ""
+        seeded = "" if seed is None else f", seed {seed}"
         report.say(
-            f"  {name}{dropped}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
+            f"  {name}{dropped}{seeded}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
             f"({rate:.0f} steps/s)"
         )
+        steps, passes = steps + result.steps, passes + 1
         if result.counterexample is None:
-            return
+            if cases or steps >= MIN_STEPS:
+                report.say(f"    {name}: {steps} steps in all")
+                return
+            continue
         trace = load(result.counterexample)
         finding = known(findings, trace.failure, version)
         if finding is None or not finding.fuzz_exclude or finding.fuzz_exclude <= exclude:
@@ -265,7 +306,7 @@ def first_difference(name: str, trace: Trace, out: Path, findings: list[Finding]
     """Step the trace on both targets (no faults) until either fails; the first observable difference, with a
     replay file (the trace up to it, on the reference target)."""
     sides = [
-        Lockstep({**trace.config, "target": "reference", "faults": [], "kernel_backend": "torch"}),
+        Lockstep(reference_config(trace.config)),
         Lockstep(upstream_config(trace.config)),
     ]
     for index, step in enumerate(trace.steps):
@@ -352,7 +393,7 @@ def differential(
     if rows:
         report.say(f"  {'trace':<28} {'step':>4}  {'call':<40} {'finding':<20} what differs")
     for row in rows:
-        what = row.what if len(row.what) <= WHAT_CHARS else row.what[: WHAT_CHARS - 3] + "..."  # all of it: the file
+        what = _short(row.what)  # all of it: the replay file
         report.say(f"  {row.trace:<28} {row.step:>4}  {row.call:<40} {row.finding or '-':<20} {what}")
         report.say(f"    replay: python -m fuzz replay {row.replay} --target sglang")
         if row.finding is None:

@@ -179,6 +179,24 @@ class SchedulerGlue(ABC, Generic[E]):
 
     # -- read-only peeks -------------------------------------------------------------------------------
 
+    def peek_evictable(
+        self, rid: int, extend_len: int | None = None, *, prompt_len: int | None = None, family: int = 0
+    ) -> int:
+        """What an allocation for `rid` could evict on demand now: the tree's evictable tokens, less those an
+        extend of `extend_len` (an admission where `rid` is unknown) would lock first; 0 without on-demand
+        eviction. Read-only."""
+        if not self.config.evict_on_demand:
+            return 0
+        evictable = self._evictable_slot_count()
+        if extend_len is None:
+            return evictable
+        try:
+            entry = self.reqs.get(rid) or self._new_entry(rid, prompt_len, family)
+            plan = self._plan_extend(entry, extend_len, rid)
+        except Refused:
+            return evictable  # the call is refused as well; the model says so without this number
+        return evictable - len(plan.locking)
+
     def peek_prefix(self, family: int, prompt_len: int) -> int:
         """The prefix an admission of a `prompt_len`-token prompt of `family` would match now (read-only)."""
         entry = self._new_entry(-1, prompt_len, family)

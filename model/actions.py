@@ -100,6 +100,62 @@ def own_slots(o: Any, p: Sizes, s: State, req: Any) -> Any:
     return owned_slots(_sel(o, s, "rec_P", req), _sel(o, s, "rec_A", req), p.page_size)
 
 
+# -- on-demand eviction ------------------------------------------------------------------------------------
+
+# An allocation that may evict the tree on demand reads what it could evict before the call (`evictable`, the
+# tree's evictable tokens less those its own match locks) and reports what it evicted (`evicted`).
+EVICT_PARAMS = (("evictable", "len"), ("evicted", "len"))
+# Arguments the harness reads from the target before each call (the matched prefix, what could be evicted): a
+# trace may leave them out, since replay reads them afresh.
+OBSERVED = frozenset({"prefix", "evictable"})
+
+
+def _room(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """The state an on-demand allocation is judged on before the call: free slots plus what it could evict."""
+    return s.but(n_free_slots=s.n_free_slots + a["evictable"]) if p.on_demand else s
+
+
+def _after_eviction(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """`evicted` tree slots freed before the allocation takes its own."""
+    if not p.on_demand:
+        return s
+    return s.but(tree_slots=s.tree_slots - a["evicted"], n_free_slots=s.n_free_slots + a["evicted"])
+
+
+def _eviction_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    """What was evicted is whole pages, no more than could be; without on-demand eviction, nothing."""
+    got = a["evicted"]
+    if not p.on_demand:
+        return got == 0
+    could = a["evictable"]
+    return o.And(got >= 0, got <= could, could <= s.tree_slots, page_floor(o, p, got) == got)
+
+
+def evicting(action: Action) -> Action:
+    """`action` as an allocation that may evict the tree on demand first (`PoolConfig.evict_on_demand`): legal
+    when it fits in the free slots plus what it could evict; its choice must have evicted enough for the
+    allocation, and the rest of the step is judged on the state after the eviction."""
+
+    def enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        return action.enabled(o, p, _room(o, p, s, a), a)
+
+    def choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        after = _after_eviction(o, p, s, a)
+        return o.And(_eviction_ok(o, p, s, a), action.enabled(o, p, after, a), action.choice_ok(o, p, after, a))
+
+    def update(o: Any, p: Sizes, s: State, a: Args) -> State:
+        return action.update(o, p, _after_eviction(o, p, s, a), a)
+
+    return dataclasses.replace(
+        action,
+        params=action.params + EVICT_PARAMS,
+        enabled=enabled,
+        update=update,
+        choice_ok=choice_ok,
+        choice=(*action.choice, "evicted"),
+    )
+
+
 # -- guards shared by several actions ---------------------------------------------------------------------
 
 
@@ -258,7 +314,7 @@ def _admit_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
 
 
-ADMIT = Action("admit", ADMIT_PARAMS, _admit_enabled, _admit_update, _admit_choice_ok, choice=("row", "dup"))
+ADMIT = evicting(Action("admit", ADMIT_PARAMS, _admit_enabled, _admit_update, _admit_choice_ok, choice=("row", "dup")))
 
 EXTEND_PARAMS = (("req", "req"), ("n", "len"), ("prefix", "len"), ("row", "row"), ("dup", "len"))
 
@@ -299,10 +355,13 @@ def _extend_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
 
 
-EXTEND = Action(
+_EXTEND = Action(
     "extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update, _extend_choice_ok, choice=("row", "dup")
 )
-EXTEND_LEGACY = dataclasses.replace(EXTEND, enabled=_extend_enabled(reuse_ok_legacy), fault="legacy_reuse_guard")
+EXTEND = evicting(_EXTEND)
+EXTEND_LEGACY = evicting(
+    dataclasses.replace(_EXTEND, enabled=_extend_enabled(reuse_ok_legacy), fault="legacy_reuse_guard")
+)
 
 
 def _decode_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -321,7 +380,7 @@ def _decode_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
-DECODE = Action("decode", (("req", "req"),), _decode_enabled, _decode_update)
+DECODE = evicting(Action("decode", (("req", "req"),), _decode_enabled, _decode_update))
 
 
 def _spec_next(o: Any, p: Sizes, s: State, req: Any, reserve: Any) -> Any:
@@ -346,7 +405,9 @@ def _spec_prepare_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
-SPEC_PREPARE = Action("spec_prepare", (("req", "req"), ("reserve", "len")), _spec_prepare_enabled, _spec_prepare_update)
+SPEC_PREPARE = evicting(
+    Action("spec_prepare", (("req", "req"), ("reserve", "len")), _spec_prepare_enabled, _spec_prepare_update)
+)
 
 
 def _spec_commit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -443,7 +504,7 @@ def _retract_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _reset_for_retract(o, _release(o, p, s, a["req"], False, 0), a["req"])
 
 
-RETRACT = Action("retract", REQ_ONLY, _release_enabled, _retract_update)
+RETRACT = evicting(Action("retract", REQ_ONLY, _release_enabled, _retract_update))
 
 
 def _abort_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -503,13 +564,15 @@ def _prealloc_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _set_status(o, s, a["req"], STATUS_DECODE)
 
 
-PD_PREALLOC = Action(
-    "pd_prealloc",
-    (("req", "req"), ("fill", "len"), ("row", "row")),
-    _prealloc_enabled,
-    _prealloc_update,
-    lambda o, p, s, a: row_free(o, p, s, a["row"]),
-    choice=("row",),
+PD_PREALLOC = evicting(
+    Action(
+        "pd_prealloc",
+        (("req", "req"), ("fill", "len"), ("row", "row")),
+        _prealloc_enabled,
+        _prealloc_update,
+        lambda o, p, s, a: row_free(o, p, s, a["row"]),
+        choice=("row",),
+    )
 )
 
 

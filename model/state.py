@@ -31,7 +31,8 @@ class Sizes:
     """Pool sizes (ints, or Z3 terms for a symbolic pool) and the pool's structure (always Python values).
 
     `tokens` counts KV slots and is a multiple of `page_size`; the prefix tree exists only when `radix`;
-    `speculative` allows over-allocation (`kv_committed_len < kv_allocated_len`).
+    `speculative` allows over-allocation (`kv_committed_len < kv_allocated_len`); with `on_demand`, allocations
+    and retractions evict the tree themselves as they need (else only the `evict` step does).
     """
 
     rows: Any
@@ -40,6 +41,7 @@ class Sizes:
     page_size: int = 1
     radix: bool = False
     speculative: bool = False
+    on_demand: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from model.actions import CONTRACT
+from model.actions import CONTRACT, OBSERVED
 
 FORMAT = "kvlife-trace"
 VERSION = 1
@@ -152,15 +152,17 @@ def _step(index: int, step: Any) -> Step:
         raise TraceError(f"step {index}: unknown op {op!r} (known: {', '.join(sorted(OPS) + list(OBSERVATIONS))})")
     action = OPS[op]
     expected = {name for name, _ in action.params} - set(action.choice)
-    args = _int_map(index, "args", step.get("args"), expected, required=True)
+    args = _int_map(index, "args", step.get("args"), expected, required=True, optional=OBSERVED)
     choice = _int_map(index, "choice", step.get("choice", {}), set(action.choice), required=False)
     return Step(op, args, choice)
 
 
-def _int_map(index: int, what: str, value: Any, keys: set[str], required: bool) -> dict[str, int]:
+def _int_map(
+    index: int, what: str, value: Any, keys: set[str], required: bool, optional: frozenset[str] = frozenset()
+) -> dict[str, int]:
     if not isinstance(value, dict):
         raise TraceError(f"step {index}: {what} must be an object")
-    extra, missing = set(value) - keys, keys - set(value)
+    extra, missing = set(value) - keys, keys - set(value) - optional
     if extra:
         raise TraceError(f"step {index}: unexpected {what} {sorted(extra)}")
     if required and missing:

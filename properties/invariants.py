@@ -420,6 +420,10 @@ def _tree_counters_check(snap: SnapshotLike) -> list[str]:
     return []
 
 
+def _tree_own_check(snap: SnapshotLike) -> list[str]:
+    return [] if snap.tree_problem is None else [f"the tree's own consistency check fails: {snap.tree_problem}"]
+
+
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant(
         "kv-presence",
@@ -564,6 +568,14 @@ INVARIANTS: tuple[Invariant, ...] = (
         (),
         None,
         _lock_holders_check,
+    ),
+    Invariant(
+        "tree-own-check",
+        "the tree's own consistency check passes (upstream's sanity_check: sizes, leaf sets and LRU lists "
+        "recomputed node by node)",
+        (),
+        None,
+        _tree_own_check,
     ),
 )
 

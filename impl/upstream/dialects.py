@@ -28,6 +28,9 @@ SUPPORTED_VERSIONS = ("0.5.18", "0.5.23")
 # Whether `PagedTokenToKVPoolAllocator` can run its naive torch path: 0.5.23 has the `use_triton_kernels`
 # switch; 0.5.18 always launches `alloc_extend_kernel` / `alloc_decode_kernel`.
 PAGED_NAIVE_PATH = {"0.5.18": False, "0.5.23": True}
+# The tree cores `UnifiedRadixCache` can be built on (`CacheInitParams.tree_core_backend`), servers' first; 0.5.18's
+# radix tree is one Python class.
+TREE_CORES = {"0.5.18": (), "0.5.23": ("rust", "python")}
 SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
 
 
@@ -43,6 +46,11 @@ def installed_version_or_none() -> str | None:
         return importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def tree_cores() -> tuple[str, ...]:
+    """The tree cores of the installed version (none where there is no sglang or its tree has no cores)."""
+    return TREE_CORES.get(installed_version_or_none() or "", ())
 
 
 def installed_version() -> str:

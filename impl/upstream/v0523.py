@@ -74,7 +74,12 @@ class Dialect0523(Dialect):
         return req.lock
 
     def tree_locked(self, req: Any, cache: Any) -> bool:
-        return not cache.disable and req.lock is not None and not cache.is_root(req.lock.node)
+        if cache.disable or req.lock is None:
+            return False
+        try:
+            return not cache.is_root(req.lock.node)
+        except KeyError:  # the Rust core's answer for a node of a tree since reset: it locks nothing here
+            return False
 
     def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
         from sglang.srt.mem_cache.radix_cache import RadixKey
