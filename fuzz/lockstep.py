@@ -73,7 +73,8 @@ class StepFailed(AssertionError):
 
 
 def _tree_size(snap: PoolSnapshot) -> int:
-    return snap.evictable_size + snap.protected_size
+    """The slots the tree's nodes hold (a recount: the counters may drift, which `tree-counters` reports)."""
+    return int(snap.tree_slots.numel())
 
 
 @dataclass
@@ -191,15 +192,13 @@ class Lockstep:
             else:
                 known = record is not None
                 observed["prefix"] = self.target.peek_prefix_of(inputs["req"], inputs["n"]) if known else 0
-        if "evictable" in dict(self.model.action(op).params):
+        if self.config.get("evict_on_demand") and "evictable" in dict(self.model.action(op).params):
             observed["evictable"] = self._evictable(op, inputs)
         return observed
 
     def _evictable(self, op: str, inputs: dict[str, int]) -> int:
         """What the call could evict on demand: after its own match's lock for an extend, else the whole
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
-        if not self.config.get("evict_on_demand"):
-            return 0
         rid = inputs["req"]
         if op == "admit":
             return self.target.peek_evictable(rid, inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"])
@@ -226,7 +225,7 @@ class Lockstep:
             choice["row"] = result
         if "freed" in action.choice:
             choice["freed"] = result
-        if "evicted" in action.choice:
+        if "evicted" in action.choice and self.config.get("evict_on_demand"):
             choice["evicted"] = evicted
         if "dup" in action.choice:
             choice["dup"] = self._dup(op, args, before, after, evicted)

@@ -50,7 +50,9 @@ def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
     for index, step in enumerate(trace.steps):
         failure = lock.step(step.op, step.args)
         taken = lock.steps[-1].choice
-        note = "" if taken == step.choice or not step.choice else f"  (trace chose {step.choice})"
+        # A choice the trace leaves out (an eviction of 0 on a pool that does not evict on demand) is 0.
+        chose_else = any(taken.get(key, 0) != value for key, value in step.choice.items())
+        note = f"  (trace chose {step.choice})" if chose_else else ""
         call = f"{step.op}(" + ", ".join(f"{k}={v}" for k, v in step.args.items()) + ")"
         chosen = "" if not taken else " -> " + ", ".join(f"{k} {v}" for k, v in taken.items())
         lines.append(f"  {index:>3} {call}{chosen}  {'FAIL' if failure else 'ok'}{note}")

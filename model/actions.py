@@ -140,6 +140,8 @@ def evicting(action: Action) -> Action:
         return action.enabled(o, p, _room(o, p, s, a), a)
 
     def choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        if not p.on_demand:  # nothing evicted: the action is judged exactly as written
+            return o.And(_eviction_ok(o, p, s, a), action.choice_ok(o, p, s, a))
         after = _after_eviction(o, p, s, a)
         return o.And(_eviction_ok(o, p, s, a), action.enabled(o, p, after, a), action.choice_ok(o, p, after, a))
 

@@ -152,6 +152,9 @@ PLANTED: dict[str, Planted] = {
     "tree-lock-holders": Planted(
         "radix", lambda s: dataclasses.replace(s, protected_recount=s.protected_recount + 4), None
     ),
+    "tree-own-check": Planted(
+        "radix", lambda s: dataclasses.replace(s, tree_problem="AssertionError: evictable leaf set differs"), None
+    ),
 }
 SYMBOLIC_IDS = sorted(inv.id for inv in INVARIANTS if inv.symbolic is not None)
 

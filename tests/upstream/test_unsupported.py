@@ -115,11 +115,16 @@ def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
     assert retarget(POOLS["chunk-p4"], "reference") == {**POOLS["chunk-p4"], "target": "reference"}
 
 
-def test_the_kernel_reason_comes_last_so_a_speculative_trace_names_speculation(
+def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On 0.5.18 a paged speculative pool has two problems; the one `retarget` cannot fix is the one to tell."""
+    """On 0.5.18 a paged pool on a CUDA device has two problems; the one `retarget` cannot fix is the one told."""
     _version_is(monkeypatch, "0.5.18")
-    speculative = {**POOLS["chunk-p4"], "speculative": True}
-    assert "does not drive speculative decoding" in str(target_problem(retarget(speculative, "sglang")))
+    assert "'cpu' only" in str(target_problem(retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")))
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
+
+
+def test_a_speculative_shape_runs_upstream_without_its_speculative_steps() -> None:
+    moved = retarget(POOLS["radix-p4"], "sglang")
+    assert (moved["speculative"], moved["cache"], moved["page_size"]) == (False, "radix", 4)
+    assert retarget(POOLS["radix-p4"], "reference")["speculative"] is True
