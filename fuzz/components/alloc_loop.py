@@ -22,6 +22,7 @@ from fuzz.components.events import (
     Decode,
     Event,
     Extend,
+    Fill,
     Free,
     FreeEmpty,
     FreeSplit,
@@ -77,6 +78,7 @@ class AllocRun:
         self.split_vias = [via for via in SPLIT_VIAS if via in unit.features]
         self._handlers: dict[type[Event], Callable[[Any], Problem | None]] = {
             Alloc: self._alloc,
+            Fill: self._fill,
             Extend: self._extend,
             Decode: self._decode,
             Free: self._free,
@@ -187,6 +189,9 @@ class AllocRun:
     def _alloc(self, event: Alloc) -> Problem | None:
         need = event.pages * self.model.page_size
         return self._allocate([(None, 0, need, -1)], lambda: self.unit.alloc(need), f"alloc({need})")
+
+    def _fill(self, event: Fill) -> Problem | None:
+        return self._alloc(Alloc(max(0, self.model.available_pages() - event.leave)))
 
     def _extend(self, event: Extend) -> Problem | None:
         requests: list[Request] = []

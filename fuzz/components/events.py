@@ -111,6 +111,13 @@ class Alloc(Event):
 
 
 @dataclass(frozen=True)
+class Fill(Event):
+    """`alloc` of every page an allocation could take but `leave`, so that what follows runs short."""
+
+    leave: int
+
+
+@dataclass(frozen=True)
 class Extend(Event):
     """One batched extend: per request (None a new one, an int a holder) the number of positions to add.
     Paged: `alloc_extend`, passing the exact page count when `pass_count`; page size 1: one `alloc` of the sum."""

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fuzz.components import events as ev
 from fuzz.components.contract import AllocContract, RowContract
 
-MAX_EVENTS = 40
+MAX_RUN, MAX_RUNS = 10, 8  # events per run, runs per test case
 MAX_BATCH = 5
 PICK = st.integers(0, 7)
 # How many times more often than the others an enabled kind is drawn: allocations and frees carry the lifecycle.
@@ -31,10 +31,11 @@ def _swarm(kinds: dict[str, st.SearchStrategy[ev.Event]]) -> st.SearchStrategy[l
     @st.composite
     def draw(data: st.DrawFn) -> list[ev.Event]:
         enabled = data(st.sets(st.sampled_from(names))) | (ALWAYS & set(names))
-        # A drawn length, not the list's own stopping rule: Hypothesis keeps lists short, and exhaustion needs runs.
-        length = data(st.integers(0, MAX_EVENTS))
         event = st.one_of([kinds[name] for name in sorted(enabled) for _ in range(WEIGHTS.get(name, 1))])
-        return data(st.lists(event, min_size=length, max_size=length))
+        # Runs of runs: Hypothesis keeps a flat list short (about 5), and exhaustion needs longer runs; a list of
+        # lists averages about 20 events and still shrinks by deleting whole runs or single events.
+        runs = data(st.lists(st.lists(event, min_size=1, max_size=MAX_RUN), max_size=MAX_RUNS))
+        return [event for run in runs for event in run]
 
     return draw()
 
@@ -68,6 +69,7 @@ def alloc_events(unit: Any, contract: AllocContract) -> st.SearchStrategy[list[e
     items = st.lists(st.tuples(st.none() | PICK, extend_len), min_size=1, max_size=MAX_BATCH).map(tuple)
     kinds: dict[str, st.SearchStrategy[ev.Event]] = {
         "alloc": st.builds(ev.Alloc, st.integers(0, pages + 1)),
+        "fill": st.builds(ev.Fill, st.integers(0, 2)),
         "extend": st.builds(ev.Extend, items, st.booleans()),
         "decode": st.builds(ev.Decode, st.lists(PICK, min_size=1, max_size=MAX_BATCH).map(tuple)),
         "free": st.builds(ev.Free, PICK, st.integers(0, 64), PICK),
