@@ -20,7 +20,7 @@ MAX_BATCH = 5
 PICK = st.integers(0, 7)
 # How many times more often than the others an enabled kind is drawn: allocations and frees carry the lifecycle.
 WEIGHTS = {"alloc": 2, "extend": 3, "decode": 3, "free": 4, "free_split": 2, "group": 4}
-ALWAYS = {"alloc", "extend", "free"}  # every test case allocates and frees; the swarm picks the rest
+ALWAYS = {"alloc", "extend", "free", "fill"}  # every test case allocates, runs short and frees; the swarm picks the rest
 
 
 def _swarm(kinds: dict[str, st.SearchStrategy[ev.Event]]) -> st.SearchStrategy[list[ev.Event]]:
@@ -30,8 +30,12 @@ def _swarm(kinds: dict[str, st.SearchStrategy[ev.Event]]) -> st.SearchStrategy[l
 
     @st.composite
     def draw(data: st.DrawFn) -> list[ev.Event]:
-        enabled = data(st.sets(st.sampled_from(names))) | (ALWAYS & set(names))
-        event = st.one_of([kinds[name] for name in sorted(enabled) for _ in range(WEIGHTS.get(name, 1))])
+        # Each optional kind on with probability one half (a drawn set would hold only a few kinds).
+        switches = data(st.fixed_dictionaries({name: st.booleans() for name in names}))
+        enabled = {name for name, on in switches.items() if on} | (ALWAYS & set(names))
+        # A weighted pick of the kind, then its event (one_of would merge repeated branches into one).
+        pool = [name for name in sorted(enabled) for _ in range(WEIGHTS.get(name, 1))]
+        event = st.sampled_from(pool).flatmap(kinds.__getitem__)
         # Runs of runs: Hypothesis keeps a flat list short (about 5), and exhaustion needs longer runs; a list of
         # lists averages about 20 events and still shrinks by deleting whole runs or single events.
         runs = data(st.lists(st.lists(event, min_size=1, max_size=MAX_RUN), max_size=MAX_RUNS))
