@@ -20,7 +20,8 @@ MAX_BATCH = 5
 PICK = st.integers(0, 7)
 # How many times more often than the others an enabled kind is drawn: allocations and frees carry the lifecycle.
 WEIGHTS = {"alloc": 2, "extend": 3, "decode": 3, "free": 4, "free_split": 2, "group": 4}
-ALWAYS = {"alloc", "extend", "free", "fill"}  # every test case allocates, runs short and frees; the swarm picks the rest
+# Every test case allocates, runs short and frees; the swarm switches the other kinds.
+ALWAYS = {"alloc", "extend", "free", "fill"}
 
 
 def _swarm(kinds: dict[str, st.SearchStrategy[ev.Event]]) -> st.SearchStrategy[list[ev.Event]]:
