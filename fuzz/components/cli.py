@@ -20,8 +20,9 @@ from fuzz.components.search import (
     units_for,
 )
 
-# The coverage keys that name a refusal path: a None for want of rows or pages, or a forbidden call refused.
-REFUSAL_MARKERS = (":None", "refused")
+# The coverage keys that name a refusal path: a None for want of rows or pages, a forbidden call refused, or a
+# call short of pages the contract says not to make (0.5.18's paged kernels).
+REFUSAL_MARKERS = (":None", "refused", "skipped")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ differences; the layout judge, the inventory and the CLI."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -117,6 +118,12 @@ def test_the_layout_judge_names_the_position_that_breaks_it() -> None:
 )
 def test_the_inventory_covers_every_public_member(cls: type) -> None:
     assert undocumented(cls) == []
+
+
+def test_the_docs_list_every_inventory_member() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "components.md").read_text()
+    missing = sorted({member for entries in INVENTORY.values() for member in entries if f"| `{member}` |" not in docs})
+    assert missing == []
 
 
 def test_every_driven_inventory_entry_names_an_event() -> None:
