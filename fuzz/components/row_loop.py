@@ -134,9 +134,8 @@ class RowRun:
         return None
 
     def _refused(self, before: tuple[object, ...], what: str, path: str) -> Problem | None:
-        """A refusal the model expects: it must change nothing."""
-        self.unit.take_hook_calls()
-        if self.state() != before:
+        """A refusal the model expects: it must change nothing, and report no hand-out to the hook."""
+        if self.unit.take_hook_calls() or self.state() != before:
             return "refusal-changed-state", f"{what} was refused but changed the pool"
         self.coverage[path] += 1
         return None
