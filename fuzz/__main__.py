@@ -6,6 +6,7 @@
   mutants exit 0: every in-scope fault was found and nothing without one; 1: otherwise; 2: bad usage
   campaign exit 0: nothing found; 1: counterexamples found (new, or earlier ones in --out that still fail);
           2: bad usage, or the campaign itself failed (a worker crashed)
+  components exit 0: every unit kept its contract; 1: a unit broke it; 2: bad usage (python -m fuzz.components)
   verify-upstream  exit 0: the upstream target meets every expectation of upstream/findings.json; 1: otherwise;
           2: bad usage, no sglang here, or an unreadable findings file
 
@@ -34,6 +35,11 @@ from model.trace import TraceError
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["components"]:  # its own parser: every argument after the word is the component CLI's
+        from fuzz.components.cli import main as components
+
+        return components(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "run":
@@ -71,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
     r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
     r.add_argument("--target", choices=TARGET_NAMES, help="the pool to fuzz, in place of the pool shape's (reference)")
+    c = sub.add_parser(
+        "components", help="fuzz each pool and allocator directly, every public method (python -m fuzz.components)"
+    )
+    c.add_argument("rest", nargs="*", help="the arguments of python -m fuzz.components (see its --help)")
     p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
     p.add_argument("file", type=Path)
     p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")

@@ -278,6 +278,27 @@ def fuzz_pool(
         exclude |= finding.fuzz_exclude
 
 
+# -- the component lockstep -----------------------------------------------------------------------------
+
+
+def check_components(version: str, report: Report, cases: int | None) -> None:
+    """Every pool and allocator of the installed version driven directly through its public methods
+    (`fuzz.components`), each judged by the version's own contract; the differences that contract excuses are
+    printed (each is triaged in docs/upstream-findings.md), and a unit that breaks it is a mismatch."""
+    from fuzz.components.cli import refusal_paths
+    from fuzz.components.contract import differences
+    from fuzz.components.search import DEFAULT_EXAMPLES, fuzz_unit, unavailable_units, units_for
+
+    report.say(f"component lockstep on sglang {version} (its own contract):")
+    for line in unavailable_units("sglang") + differences(version):
+        report.say(f"  not driven: {line}")
+    for spec in units_for("sglang"):
+        result = fuzz_unit(spec, "sglang", cases or DEFAULT_EXAMPLES, 0)
+        report.say(f"  {result.name}: {result.cases} cases, {result.steps} steps; refusals {refusal_paths(result)}")
+        if result.failure is not None:
+            report.mismatch(f"{result.line('sglang')}: {result.counterexample()}")
+
+
 # -- the differential run ---------------------------------------------------------------------------------
 
 
@@ -427,6 +448,7 @@ def verify(findings: list[Finding], version: str, out: Path, random_count: int, 
     for name, config in pools.items():
         fuzz_pool(name, config, findings, version, out / "counterexamples", report, cases)
     check_findings(findings, version, report)
+    check_components(version, report, cases)
     traces = [(p.stem, load(p)) for p in prover] + [(f.id, load(f.replay)) for f in findings]
     for name, config in pools.items():
         traces += [(f"{name}-{n}", t) for n, t in random_traces(config, random_count // max(len(pools), 1))]
