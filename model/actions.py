@@ -20,6 +20,8 @@ from typing import Any
 from model.interp import PyOps
 from model.state import NO_OWNER, SENTINEL_ROW, Sizes, State
 from properties.vocabulary import (
+    KIND_NORMAL,
+    KIND_SKIP_INSERT,
     STATUS_DECODE,
     STATUS_DONE,
     STATUS_NEW,
@@ -53,6 +55,8 @@ class Action:
     choice: tuple[str, ...] = ()
     negative: bool = False
     fault: str | None = None
+    halves: Halves | None = None  # where a batch splits it (`model.batch`)
+    inner: Action | None = None  # the action an `evicting` wrapper evicts for
 
     def transition(self, o: Any, p: Sizes, s: State, a: Args) -> tuple[Any, State]:
         return o.And(self.enabled(o, p, s, a), self.choice_ok(o, p, s, a)), self.update(o, p, s, a)
@@ -108,6 +112,9 @@ EVICT_PARAMS = (("evictable", "len"), ("evicted", "len"))
 # Arguments the harness reads from the target before each call (the matched prefix, what could be evicted): a
 # trace may leave them out, since replay reads them afresh.
 OBSERVED = frozenset({"prefix", "evictable"})
+# Arguments a trace may leave out, with what they then are: a normal request, on a pool that neither could
+# nor did evict on demand.
+ARG_DEFAULTS = {"kind": 0, "evictable": 0, "evicted": 0}
 
 
 def _room(o: Any, p: Sizes, s: State, a: Args) -> State:
@@ -155,6 +162,7 @@ def evicting(action: Action) -> Action:
         update=update,
         choice_ok=choice_ok,
         choice=(*action.choice, "evicted"),
+        inner=action,
     )
 
 
@@ -190,11 +198,13 @@ def _prefix_ok(o: Any, p: Sizes, s: State, prefix: Any, prompt: Any) -> Any:
     return o.And(prefix >= 0, aligned, prefix <= page_floor(o, p, prompt - 1), prefix <= s.tree_slots)
 
 
-def _dup_ok(o: Any, p: Sizes, s: State, low: Any, key_len: Any, dup: Any) -> Any:
-    """An insert of `key_len` tokens found `dup` of them already cached, at least the `low` the request locked."""
+def _dup_ok(o: Any, p: Sizes, s: State, low: Any, key_len: Any, dup: Any, inserts: Any) -> Any:
+    """An insert of `key_len` tokens found `dup` of them already cached, at least the `low` the request locked
+    (a request that does not insert, `inserts` false, reports nothing to judge)."""
     if not p.radix:
         return True
-    return o.And(low <= dup, dup <= key_len, dup <= s.tree_slots, page_floor(o, p, dup) == dup)
+    found = o.And(low <= dup, dup <= key_len, dup <= s.tree_slots, page_floor(o, p, dup) == dup)
+    return o.Or(o.Not(inserts), found)
 
 
 # -- updates shared by several actions ---------------------------------------------------------------------
@@ -232,18 +242,25 @@ def _grow(o: Any, p: Sizes, s: State, req: Any, seq: Any) -> State:
     return s.but(n_free_slots=s.n_free_slots - new, owned_slots=s.owned_slots + new)
 
 
+def _inserts(o: Any, p: Sizes, s: State, req: Any) -> Any:
+    """Whether the request's stash and release insert into the tree: a tree, and not a skip-insert kind."""
+    return False if not p.radix else _sel(o, s, "rec_kind", req) != KIND_SKIP_INSERT
+
+
 def _stash(o: Any, p: Sizes, s: State, req: Any, dup: Any) -> State:
     """`cache_unfinished_req` on a tree: `[0, page_floor(C))` becomes tree-owned, duplicates `[P, dup)` freed,
-    and the record's protected prefix and lock move up to the inserted key."""
+    and the record's protected prefix and lock move up to the inserted key; a skip-insert request keeps its own
+    slots and its matched prefix."""
     if not p.radix:
         return s
     P, key_len = _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req))
-    s = s.but(
+    stashed = s.but(
         tree_slots=s.tree_slots + key_len - dup,
         n_free_slots=s.n_free_slots + dup - P,
         owned_slots=s.owned_slots - (key_len - P),
     )
-    return _set(o, s, req, rec_P=key_len, rec_locked=o.If(key_len > 0, 1, 0))
+    stashed = _set(o, stashed, req, rec_P=key_len, rec_locked=o.If(key_len > 0, 1, 0))
+    return ite_state(o, _inserts(o, p, s, req), stashed, s)
 
 
 def _after_prefill(o: Any, s: State, req: Any) -> State:
@@ -262,7 +279,7 @@ def _release(o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear
     page of the record is freed; the lock is released, the row returned and the record marked released."""
     C, row = _sel(o, s, "rec_C", req), _sel(o, s, "rec_row", req)
     owned = own_slots(o, p, s, req)
-    cached = page_floor(o, p, C) - dup if (insert and p.radix) else 0
+    cached = o.If(_inserts(o, p, s, req), page_floor(o, p, C) - dup, 0) if insert else 0
     s = s.but(
         n_free_slots=s.n_free_slots + owned - cached,
         tree_slots=s.tree_slots + cached,
@@ -281,11 +298,13 @@ def _reset_for_retract(o: Any, s: State, req: Any) -> State:
 # -- the actions -------------------------------------------------------------------------------------------
 
 # `family` names the prompt's token stream (requests of one family share prefixes); the model does not read it.
+# `kind` is the request's kind (`KIND_*`).
 ADMIT_PARAMS = (
     ("req", "req"),
     ("prompt", "len"),
     ("n", "len"),
     ("family", "len"),
+    ("kind", "len"),
     ("prefix", "len"),
     ("row", "row"),
     ("dup", "len"),
@@ -296,27 +315,64 @@ def _seq(o: Any, start: Any, n: Any, prompt: Any) -> Any:
     return o.If(start + n < prompt, start + n, prompt)
 
 
+@dataclass(frozen=True)
+class Halves:
+    """An extend split where a batch interleaves it with others: `alloc` takes the row (judged by `row_ok`) and
+    the slots; `result` is the result pass's stash and status; `insert` gives the (low, key length) of the insert
+    that stash makes, read on the state before `alloc`, for judging what the insert found cached."""
+
+    alloc: Fn
+    row_ok: Fn
+    result: Fn
+    insert: Callable[[Any, Sizes, State, Args], tuple[Any, Any]]
+
+
+def _prefill_result(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """The result pass of a prefill extend: the stash (an insert that found `dup` tokens cached), the status."""
+    return _after_prefill(o, _stash(o, p, s, a["req"], a["dup"]), a["req"])
+
+
+def _with_halves(name: str, params: tuple[tuple[str, str], ...], enabled: Fn, halves: Halves) -> Action:
+    """The atomic action the halves make: alloc then result, the row judged before, the insert after alloc."""
+
+    def update(o: Any, p: Sizes, s: State, a: Args) -> State:
+        return halves.result(o, p, halves.alloc(o, p, s, a), a)
+
+    def choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        low, key_len = halves.insert(o, p, s, a)
+        inserts = _inserts(o, p, halves.alloc(o, p, s, a), a["req"])  # after alloc: an admission sets its kind
+        return o.And(halves.row_ok(o, p, s, a), _dup_ok(o, p, s, low, key_len, a["dup"], inserts))
+
+    return Action(name, params, enabled, update, choice_ok, choice=("row", "dup"), halves=halves)
+
+
 def _admit_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
     req, prompt, n, prefix = a["req"], a["prompt"], a["n"], a["prefix"]
     seq = _seq(o, prefix, n, prompt)
     fits = ceil_align(o, p, seq) - prefix <= s.n_free_slots
     shape = o.And(req >= 0, prompt >= 1, prompt <= p.width, n >= 1, s.n_free_rows > 0)
-    return o.And(shape, _status(o, s, req) == STATUS_NEW, _prefix_ok(o, p, s, prefix, prompt), fits)
+    kind = o.Or(a["kind"] == KIND_NORMAL, a["kind"] == KIND_SKIP_INSERT)
+    return o.And(shape, kind, _status(o, s, req) == STATUS_NEW, _prefix_ok(o, p, s, prefix, prompt), fits)
 
 
-def _admit_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    key_len = page_floor(o, p, _seq(o, a["prefix"], a["n"], a["prompt"]))
-    return o.And(row_free(o, p, s, a["row"]), _dup_ok(o, p, s, a["prefix"], key_len, a["dup"]))
+def _admit_alloc(o: Any, p: Sizes, s: State, a: Args) -> State:
+    req, seq = a["req"], _seq(o, a["prefix"], a["n"], a["prompt"])
+    s = _set(o, s, req, rec_kind=a["kind"])
+    return _take_row(o, p, s, req, a["row"], a["prefix"], seq, a["prompt"])
 
 
-def _admit_update(o: Any, p: Sizes, s: State, a: Args) -> State:
-    req = a["req"]
-    seq = _seq(o, a["prefix"], a["n"], a["prompt"])
-    s = _take_row(o, p, s, req, a["row"], a["prefix"], seq, a["prompt"])
-    return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
+def _admit_insert(o: Any, p: Sizes, s: State, a: Args) -> tuple[Any, Any]:
+    return a["prefix"], page_floor(o, p, _seq(o, a["prefix"], a["n"], a["prompt"]))
 
 
-ADMIT = evicting(Action("admit", ADMIT_PARAMS, _admit_enabled, _admit_update, _admit_choice_ok, choice=("row", "dup")))
+ADMIT = evicting(
+    _with_halves(
+        "admit",
+        ADMIT_PARAMS,
+        _admit_enabled,
+        Halves(_admit_alloc, lambda o, p, s, a: row_free(o, p, s, a["row"]), _prefill_result, _admit_insert),
+    )
+)
 
 EXTEND_PARAMS = (("req", "req"), ("n", "len"), ("prefix", "len"), ("row", "row"), ("dup", "len"))
 
@@ -338,28 +394,31 @@ def _extend_enabled(reuse_ok: Callable[[Any, State, Any], Any]) -> Fn:
     return enabled
 
 
-def _extend_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    req, row, held = a["req"], a["row"], holds(o, s, a["req"])
+def _extend_row_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    req, row = a["req"], a["row"]
+    return o.If(holds(o, s, req), row == _sel(o, s, "rec_row", req), row_free(o, p, s, row))
+
+
+def _extend_insert(o: Any, p: Sizes, s: State, a: Args) -> tuple[Any, Any]:
+    req, held = a["req"], holds(o, s, a["req"])
     start = o.If(held, _sel(o, s, "rec_C", req), a["prefix"])
     target = o.If(held, _sel(o, s, "rec_prompt", req), _readmit_prompt(o, s, req))
-    key_len = page_floor(o, p, _seq(o, start, a["n"], target))
-    row_ok = o.If(held, row == _sel(o, s, "rec_row", req), row_free(o, p, s, row))
     low = o.If(held, _sel(o, s, "rec_P", req), a["prefix"])
-    return o.And(row_ok, _dup_ok(o, p, s, low, key_len, a["dup"]))
+    return low, page_floor(o, p, _seq(o, start, a["n"], target))
 
 
-def _extend_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+def _extend_alloc(o: Any, p: Sizes, s: State, a: Args) -> State:
     req, n, prompt = a["req"], a["n"], _sel(o, s, "rec_prompt", a["req"])
     grown = _grow(o, p, s, req, _seq(o, _sel(o, s, "rec_C", req), n, prompt))
     target = _readmit_prompt(o, s, req)
     fresh = _take_row(o, p, s, req, a["row"], a["prefix"], _seq(o, a["prefix"], n, target), target)
-    s = ite_state(o, holds(o, s, req), grown, fresh)
-    return _after_prefill(o, _stash(o, p, s, req, a["dup"]), req)
+    return ite_state(o, holds(o, s, req), grown, fresh)
 
 
-_EXTEND = Action(
-    "extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), _extend_update, _extend_choice_ok, choice=("row", "dup")
-)
+EXTEND_HALVES = Halves(_extend_alloc, _extend_row_ok, _prefill_result, _extend_insert)
+
+
+_EXTEND = _with_halves("extend", EXTEND_PARAMS, _extend_enabled(reuse_ok_record), EXTEND_HALVES)
 EXTEND = evicting(_EXTEND)
 EXTEND_LEGACY = evicting(
     dataclasses.replace(_EXTEND, enabled=_extend_enabled(reuse_ok_legacy), fault="legacy_reuse_guard")
@@ -437,7 +496,8 @@ def _finish_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
 
 def _finish_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
     req = a["req"]
-    return _dup_ok(o, p, s, _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req)), a["dup"])
+    key_len = page_floor(o, p, _sel(o, s, "rec_C", req))
+    return _dup_ok(o, p, s, _sel(o, s, "rec_P", req), key_len, a["dup"], _inserts(o, p, s, req))
 
 
 def _finish_update(clear_row: bool) -> Fn:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import EVICT_PARAMS, Action, actions_for
+from model.actions import ARG_DEFAULTS, Action, actions_for
 from model.interp import PY
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
 from properties.invariants import INVARIANTS
 from properties.vocabulary import STATUS_NEW
-
-EVICT_DEFAULTS = {name: 0 for name, _ in EVICT_PARAMS}
 
 
 class Model:
@@ -29,14 +27,14 @@ class Model:
             raise ValueError(f"the model has no action {op!r}") from None
 
     def enabled(self, op: str, args: dict[str, Any]) -> bool:
-        return bool(self.action(op).enabled(PY, self.sizes, self.state, _evict_defaults(args)))
+        return bool(self.action(op).enabled(PY, self.sizes, self.state, _defaults(args)))
 
     def choice_ok(self, op: str, args: dict[str, Any]) -> bool:
-        return bool(self.action(op).choice_ok(PY, self.sizes, self.state, _evict_defaults(args)))
+        return bool(self.action(op).choice_ok(PY, self.sizes, self.state, _defaults(args)))
 
     def step(self, op: str, args: dict[str, Any]) -> None:
         """Apply an enabled action whose choice (if any) is already in `args`."""
-        self.state = self.action(op).update(PY, self.sizes, self.state, _evict_defaults(args))
+        self.state = self.action(op).update(PY, self.sizes, self.state, _defaults(args))
 
     def known_requests(self) -> list[int]:
         return sorted(r for r in self.state.rec_status if self.state.rec_status.get(r) != STATUS_NEW)
@@ -75,9 +73,9 @@ class Model:
         return bad
 
 
-def _evict_defaults(args: dict[str, Any]) -> dict[str, Any]:
-    """A pool that does not evict on demand neither reads nor reports what it could evict: both are 0."""
-    return {**EVICT_DEFAULTS, **args}
+def _defaults(args: dict[str, Any]) -> dict[str, Any]:
+    """`args` with what a trace or a pool may leave out (`ARG_DEFAULTS`)."""
+    return {**ARG_DEFAULTS, **args}
 
 
 def _index_tuples(sorts: tuple[str, ...], domain: dict[str, list[int]]) -> list[tuple[int, ...]]:

@@ -8,6 +8,7 @@ request is `STATUS_NEW` with zero lengths.
 Slots are counted, not named: `owned_slots` is the sum over holding records of their own pages
 `[P, ceil_align(A))`, `tree_slots` what the prefix tree owns; `rec_locked` is 1 while the record holds a
 tree lock (`last_node` below the root); `rec_end` is `extend_range.end` and `rec_prompt` the prompt length;
+`rec_kind` is the request's kind (`properties.vocabulary.KIND_*`);
 `n_active` counts the requests the scheduler still has (prefill, decoding or waiting): a flush needs none.
 """
 
@@ -60,6 +61,7 @@ class State:
     rec_end: Any
     rec_prompt: Any
     rec_locked: Any
+    rec_kind: Any
     n_free_rows: Any
     n_held_rows: Any
     n_free_slots: Any
@@ -84,6 +86,7 @@ ARRAY_FIELDS = {
     "rec_end": 0,
     "rec_prompt": 0,
     "rec_locked": 0,
+    "rec_kind": 0,
 }
 COUNTER_FIELDS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots", "tree_slots", "n_active")
 

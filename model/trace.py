@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from model.actions import CONTRACT, OBSERVED
+from model.actions import ARG_DEFAULTS, CONTRACT, OBSERVED
 
 FORMAT = "kvlife-trace"
 VERSION = 1
@@ -152,7 +152,7 @@ def _step(index: int, step: Any) -> Step:
         raise TraceError(f"step {index}: unknown op {op!r} (known: {', '.join(sorted(OPS) + list(OBSERVATIONS))})")
     action = OPS[op]
     expected = {name for name, _ in action.params} - set(action.choice)
-    args = _int_map(index, "args", step.get("args"), expected, required=True, optional=OBSERVED)
+    args = _int_map(index, "args", step.get("args"), expected, required=True, optional=OBSERVED | set(ARG_DEFAULTS))
     choice = _int_map(index, "choice", step.get("choice", {}), set(action.choice), required=False)
     return Step(op, args, choice)
 

@@ -39,6 +39,11 @@ STATUS_CODES = {
     "waiting": STATUS_WAITING,
 }
 LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})
+# Request kinds whose lifecycle differs: a normal request, and one barred from the tree
+# (`Req.skip_radix_cache_insert`: PD bootstrap warm-ups, positional-embed overrides), which still matches a
+# prefix but never inserts (neither between chunks nor at release).
+KIND_NORMAL, KIND_SKIP_INSERT = 0, 1
+KIND_NAMES = {KIND_NORMAL: "normal", KIND_SKIP_INSERT: "skip-insert"}
 
 
 def holds(o: Any, s: Any, i: Term) -> Term:

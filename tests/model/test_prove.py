@@ -101,10 +101,10 @@ def test_release_that_skips_mark_kv_released_is_caught() -> None:
 
 
 def test_stash_that_keeps_the_old_lock_is_caught() -> None:
-    from model.actions import ADMIT, _admit_update
+    from model.actions import ADMIT
 
     def no_lock_move(o, p, s, a):  # type: ignore[no-untyped-def]
-        after = _admit_update(o, p, s, a)
+        after = ADMIT.update(o, p, s, a)
         return after.but(rec_locked=o.store(after.rec_locked, a["req"], o.If(a["prefix"] > 0, 1, 0)))
 
     steps = _steps(frozenset(), admit=dataclasses.replace(ADMIT, update=no_lock_move))
