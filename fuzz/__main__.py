@@ -5,9 +5,10 @@
   emit    exit 0: the regression test was written; 2: not a valid trace
   mutants exit 0: every in-scope fault was found and nothing without one; 1: otherwise; 2: bad usage
   campaign exit 0: nothing found; 1: counterexamples found (new, or earlier ones in --out that still fail);
-          2: bad usage, or the campaign itself failed (a worker crashed)
+          2: bad usage; 70: the campaign itself failed (a worker crashed, or re-checking --out hit an internal error)
   verify-upstream  exit 0: the upstream target meets every expectation of upstream/findings.json; 1: otherwise;
-          2: bad usage, no sglang here, or an unreadable findings file
+          2: bad usage, no sglang here, or an invalid findings file
+  every command: 70 kvlife itself failed (`fuzz.exits`: one line on stderr, the traceback in a file)
 
 `--target sglang` (run, replay, mutants) runs upstream SGLang's pool (impl/upstream/target.py) in place of the
 reference; it needs a sglang venv (`make sglang-setup`).
@@ -16,12 +17,16 @@ reference; it needs a sglang venv (`make sglang-setup`).
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 
 from fuzz.campaign import add_parser as add_campaign_parser
 from fuzz.campaign import cli as campaign_cli
 from fuzz.emit import REGRESSIONS, emit
+from fuzz.exits import EXIT_INVALID, internal_error
+from fuzz.flags import folder_problem, seconds, whole
 from fuzz.lockstep import retarget, target_problem
 from fuzz.machine import SWARMS
 from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
@@ -30,12 +35,38 @@ from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
 from impl.faults import FAULTS
-from model.trace import TraceError
+from model.trace import TraceError, one_line
+
+MAX_SEED = (1 << 64) - 1
+MAX_CASES = 1_000_000
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    """Parse the flags (argparse exits 2 on bad ones), check the output folders, run the command; a crash of
+    kvlife itself is `EXIT_INTERNAL` with one line, never a traceback that reads as exit 1."""
+    args = _parser().parse_args(argv)
+    command = f"fuzz {args.command}"
+    try:
+        problem = _folders_problem(args)
+        if problem:
+            print(f"{command}: {problem}", file=sys.stderr)
+            return EXIT_INVALID
+        return _dispatch(args)
+    except Exception as exc:
+        return internal_error(command, exc)
+
+
+def _folders_problem(args: argparse.Namespace) -> str | None:
+    """Every folder flag (`--out`, `--db`) must be a folder kvlife can create or write into."""
+    for flag in ("out", "db"):
+        path = getattr(args, flag, None)
+        problem = folder_problem(path) if path is not None else None
+        if problem:
+            return f"--{flag}: {problem}"
+    return None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         return _run(args)
     if args.command == "campaign":
@@ -66,7 +97,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}",
     )
-    r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
+    r.add_argument(
+        "--seed",
+        type=whole(0, MAX_SEED),
+        help="Hypothesis seed, 0 to 2^64-1 (profiles other than ci draw one and print it)",
+    )
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
     r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
@@ -82,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("mutants", help="grade the harness: turn on each fault switch alone and fuzz for it")
     m.add_argument(
         "--budget",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_BUDGET_S,
         metavar="SECONDS",
         help="time budget per fault, and per no-fault run of each pool",
@@ -107,37 +142,28 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify-upstream", help="the harness against the installed upstream SGLang (a sglang venv)")
     v.add_argument("--findings", type=Path, default=Path("upstream/findings.json"), help="the known findings")
     v.add_argument("--out", type=Path, default=Path("reports/upstream"), help="where traces and replays go")
-    v.add_argument("--random", type=_count, default=300, metavar="N", help="random traces in the differential run")
-    v.add_argument("--cases", type=_count, metavar="N", help="test cases per lockstep run (default: the ci profile's)")
+    v.add_argument(
+        "--random", type=whole(1, MAX_CASES), default=300, metavar="N", help="random traces in the differential run"
+    )
+    v.add_argument(
+        "--cases", type=whole(1, MAX_CASES), metavar="N", help="test cases per lockstep run (default: the ci profile's)"
+    )
     add_campaign_parser(sub)
     return parser
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
-    return int(text)
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a budget must be a positive number of seconds, got {text}")
-    return value
 
 
 def _run(args: argparse.Namespace) -> int:
     profile = PROFILES[args.profile]
     seed = args.seed
     if seed is None and not profile.derandomize:
-        seed = int.from_bytes(__import__("os").urandom(4), "little")
+        seed = int.from_bytes(os.urandom(4), "little")
     config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
     if args.target:
         config = retarget(config, args.target)
     problem = target_problem(config)
     if problem:
         print(f"fuzz run: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     print(
         f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
         f"faults {', '.join(args.fault) or 'none'}, target {config['target']}",
@@ -174,11 +200,15 @@ def coverage_table(corners: dict[str, int]) -> str:
 def _replay(args: argparse.Namespace) -> int:
     try:
         faults = _parse_faults(args.faults)
+    except ValueError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
         trace = load_trace(args.file, faults, args.target)
         result = replay(trace, args.verbose)
     except TraceError as exc:
-        print(f"replay: invalid trace {args.file}: {exc}", file=sys.stderr)
-        return 2
+        print(f"replay: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     print("\n".join(result.lines))
     code, line = verdict(trace, result)
     print(line)
@@ -194,7 +224,7 @@ def _mutants(args: argparse.Namespace) -> int:
             "false-alarm runs (drop --only)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_INVALID
     from fuzz.upstream_verify import false_alarm_cli
 
     return false_alarm_cli(args.budget, args.out)
@@ -204,10 +234,10 @@ def _emit(args: argparse.Namespace) -> int:
     try:
         trace = load_trace(args.file, None)
     except TraceError as exc:
-        print(f"emit: invalid trace {args.file}: {exc}", file=sys.stderr)
-        return 2
+        print(f"emit: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     path = emit(trace, args.out)
-    print(f"emit: wrote {path}; run it with: .venv/bin/python -m pytest {path}")
+    print(f"emit: wrote {one_line(str(path))}; run it with: .venv/bin/python -m pytest {shlex.quote(str(path))}")
     return 0
 
 
@@ -219,7 +249,7 @@ def _parse_faults(text: str | None) -> list[str] | None:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = sorted(set(names) - FAULTS.keys())
     if unknown:
-        raise TraceError(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}")
+        raise ValueError(one_line(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}"))
     return names
 
 
