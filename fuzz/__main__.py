@@ -25,7 +25,6 @@ from pathlib import Path
 from fuzz.campaign import add_parser as add_campaign_parser
 from fuzz.campaign import cli as campaign_cli
 from fuzz.emit import REGRESSIONS, emit
-from fuzz.exits import EXIT_INVALID, internal_error
 from fuzz.flags import folder_problem, seconds, whole
 from fuzz.lockstep import retarget, target_problem
 from fuzz.machine import SWARMS
@@ -35,6 +34,7 @@ from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
 from fuzz.replay import load_trace, replay, verdict
 from fuzz.run import run
 from impl.faults import FAULTS
+from model.exits import EXIT_INVALID, internal_error
 from model.trace import TraceError, one_line
 
 MAX_SEED = (1 << 64) - 1

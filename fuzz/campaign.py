@@ -31,7 +31,6 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, save_traceback
 from fuzz.flags import MAX_SECONDS, whole
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.machine import SWARMS, Recorder, build_machine
@@ -39,6 +38,7 @@ from fuzz.profiles import POOLS, Profile
 from fuzz.replay import load_trace, replay
 from fuzz.run import delete_steps, git_commit
 from impl.faults import FAULTS
+from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, save_traceback
 from model.trace import Failure, Trace, TraceError, dump, load, one_line
 
 EXIT_FAILED = EXIT_INTERNAL  # the campaign itself failed: a worker crashed, or re-checking --out crashed kvlife
@@ -536,14 +536,15 @@ Worker = Callable[[Plan, int, Any, float], None]
 
 
 def run_campaign(
-    plan: Plan, out: TextIO = sys.stdout, err: TextIO = sys.stderr, worker: Worker = worker_main
+    plan: Plan, out: TextIO | None = None, err: TextIO | None = None, worker: Worker = worker_main
 ) -> CampaignResult:
-    """Run the campaign, write its report in `plan.out`; exit code 0 nothing found, 1 found, 2 the campaign
-    failed (a worker crashed)."""
+    """Run the campaign, write its report in `plan.out`; exit code 0 nothing found, 1 found, 70 the campaign
+    failed (a worker crashed, or re-checking `--out` crashed kvlife). `out` and `err` default to the streams at the
+    time of the call (so that a redirection applies)."""
     from fuzz.campaign_report import write_report  # matplotlib loads in the parent only, never in workers
 
     def say(line: str) -> None:
-        print(line, file=out, flush=True)
+        print(line, file=out or sys.stdout, flush=True)
 
     torch.set_num_threads(1)  # the parent only supervises; its workers each use one core
     for line in header(plan):
@@ -559,7 +560,7 @@ def run_campaign(
             print(
                 f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
                 f"{group['representative']}",
-                file=err,
+                file=err or sys.stderr,
                 flush=True,
             )
     say(_summary(report, plan.out))

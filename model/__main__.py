@@ -1,7 +1,7 @@
 """`python -m model prove`: settle every theorem and compare each outcome with the manifest.
 
 Exit status: 0 every outcome matches the manifest; 1 some outcome differs (an `unknown` always differs);
-2 bad usage or an unreadable manifest.
+2 bad usage or an unreadable manifest; 70 kvlife itself failed (`model.exits`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from model.exits import internal_error
 from model.prove import SOLVER_TIMEOUT_MS, Result
 from model.theorems import THEOREMS, Theorem, trace_config
 from model.trace import Failure, Trace, dump
@@ -22,6 +23,13 @@ MANIFEST = Path(__file__).with_name("manifest.json")
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _prove(args)
+    except Exception as exc:
+        return internal_error("model prove", exc)
+
+
+def _prove(args: argparse.Namespace) -> int:
     try:
         expected = _load_manifest(args.manifest)
     except ValueError as exc:

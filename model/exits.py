@@ -1,4 +1,5 @@
-"""Exit statuses of the `python -m fuzz` commands, and how a failure of kvlife itself is reported.
+"""Exit statuses of kvlife's commands (`python -m model`, `python -m fuzz`), and how a failure of kvlife itself
+is reported.
 
 0 and 1 are answers (nothing found / the pool fails); 2 is refused input (a flag, a file, an environment
 variable). A crash of kvlife itself is none of these: `EXIT_INTERNAL` (70, `EX_SOFTWARE` of sysexits.h), with
@@ -24,7 +25,8 @@ EXIT_INTERNAL = 70
 
 
 def save_traceback(text: str) -> str:
-    """Write a traceback to a new file in the temporary folder (`TMPDIR`); its path, or why it could not be."""
+    """Write a traceback to a new file in the temporary folder (`TMPDIR`), readable by its owner only (a shared
+    folder); its path, or why it could not be written."""
     try:
         fd, path = tempfile.mkstemp(prefix=f"kvlife-internal-error-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
         with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as out:
