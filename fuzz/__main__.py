@@ -12,6 +12,9 @@
 
 `--target sglang` (run, replay, mutants) runs upstream SGLang's pool (impl/upstream/target.py) in place of the
 reference; it needs a sglang venv (`make sglang-setup`).
+
+Each command imports its machinery (torch, Hypothesis) only once it runs, and `replay` and `emit` validate the
+file before that: a file that is refused costs a fraction of a second.
 """
 
 from __future__ import annotations
@@ -20,38 +23,33 @@ import argparse
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from fuzz.campaign import add_parser as add_campaign_parser
-from fuzz.campaign import cli as campaign_cli
-from fuzz.emit import REGRESSIONS, emit
 from fuzz.flags import folder_problem, seconds, whole
-from fuzz.lockstep import retarget, target_problem
-from fuzz.machine import SWARMS
-from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
-from fuzz.mutants import cli as mutants_cli
-from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES
-from fuzz.replay import load_trace, replay, verdict
-from fuzz.run import run
 from impl.faults import FAULTS
 from model.exits import EXIT_INVALID, internal_error
-from model.trace import TraceError, one_line
+from model.trace import Trace, TraceError, load, one_line
 
 MAX_SEED = (1 << 64) - 1
 MAX_CASES = 1_000_000
+# As `fuzz.profiles.TARGET_NAMES` and `fuzz.emit.REGRESSIONS` (a test checks): those modules load Hypothesis, torch.
+TARGET_NAMES = ("reference", "sglang")
+REGRESSIONS = Path("tests/regressions")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the flags (argparse exits 2 on bad ones), check the output folders, run the command; a crash of
     kvlife itself is `EXIT_INTERNAL` with one line, never a traceback that reads as exit 1."""
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser(argv).parse_args(argv)
     command = f"fuzz {args.command}"
     try:
         problem = _folders_problem(args)
         if problem:
             print(f"{command}: {problem}", file=sys.stderr)
             return EXIT_INVALID
-        return _dispatch(args)
+        return COMMANDS[args.command][2](args)
     except Exception as exc:
         return internal_error(command, exc)
 
@@ -66,26 +64,23 @@ def _folders_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "run":
-        return _run(args)
-    if args.command == "campaign":
-        return campaign_cli(args)
-    if args.command == "emit":
-        return _emit(args)
-    if args.command == "mutants":
-        return _mutants(args)
-    if args.command == "verify-upstream":
-        from fuzz.upstream_verify import cli as verify_upstream
-
-        return verify_upstream(args.findings, args.out, args.random, args.cases)
-    return _replay(args)
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Every command, with the flags of the one named in `argv` only (building the others' would import what
+    their choices come from)."""
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m fuzz")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="fuzz the reference pool in lockstep with the model")
+    for name, (help_text, add_flags, _) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text)
+        if name == chosen:
+            add_flags(command)
+    return parser
+
+
+def _run_flags(r: argparse.ArgumentParser) -> None:
+    from fuzz.machine import SWARMS
+    from fuzz.profiles import POOLS, PROFILES
+
     r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
     r.add_argument("--pool", choices=sorted(POOLS), default="chunk-p1", help="which pool shape to fuzz")
     r.add_argument("--swarm", choices=sorted(SWARMS), default="all", help="fuzz only this group of rules")
@@ -106,15 +101,23 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
     r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
     r.add_argument("--target", choices=TARGET_NAMES, help="the pool to fuzz, in place of the pool shape's (reference)")
-    p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
+
+
+def _replay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path)
     p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")
     p.add_argument("--verbose", action="store_true", help="print the model and pool state after each step")
     p.add_argument("--target", choices=TARGET_NAMES, help="replay on this target, not the one the file recorded")
-    e = sub.add_parser("emit", help="write a pytest regression test that replays a counterexample")
+
+
+def _emit_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("file", type=Path)
     e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
-    m = sub.add_parser("mutants", help="grade the harness: turn on each fault switch alone and fuzz for it")
+
+
+def _mutants_flags(m: argparse.ArgumentParser) -> None:
+    from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
+
     m.add_argument(
         "--budget",
         type=seconds,
@@ -139,7 +142,9 @@ def _parser() -> argparse.ArgumentParser:
         default="reference",
         help="sglang: only the no-fault false-alarm runs (faults exist only in the reference pool)",
     )
-    v = sub.add_parser("verify-upstream", help="the harness against the installed upstream SGLang (a sglang venv)")
+
+
+def _verify_flags(v: argparse.ArgumentParser) -> None:
     v.add_argument("--findings", type=Path, default=Path("upstream/findings.json"), help="the known findings")
     v.add_argument("--out", type=Path, default=Path("reports/upstream"), help="where traces and replays go")
     v.add_argument(
@@ -148,11 +153,31 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument(
         "--cases", type=whole(1, MAX_CASES), metavar="N", help="test cases per lockstep run (default: the ci profile's)"
     )
-    add_campaign_parser(sub)
-    return parser
+
+
+def _campaign_flags(c: argparse.ArgumentParser) -> None:
+    from fuzz.campaign import add_flags
+
+    add_flags(c)
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    from fuzz.campaign import cli
+
+    return cli(args)
+
+
+def _verify_upstream(args: argparse.Namespace) -> int:
+    from fuzz.upstream_verify import cli
+
+    return cli(args.findings, args.out, args.random, args.cases)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fuzz.lockstep import retarget, target_problem
+    from fuzz.profiles import POOLS, PROFILES
+    from fuzz.run import run
+
     profile = PROFILES[args.profile]
     seed = args.seed
     if seed is None and not profile.derandomize:
@@ -203,8 +228,13 @@ def _replay(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"replay: {exc}", file=sys.stderr)
         return EXIT_INVALID
+    trace = _load(args.file, "replay")
+    if trace is None:
+        return EXIT_INVALID
+    from fuzz.replay import prepare, replay, verdict
+
     try:
-        trace = load_trace(args.file, faults, args.target)
+        trace = prepare(trace, faults, args.target)
         result = replay(trace, args.verbose)
     except TraceError as exc:
         print(f"replay: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
@@ -216,6 +246,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _mutants(args: argparse.Namespace) -> int:
+    from fuzz.mutants import cli as mutants_cli
+
     if args.target == "reference":
         return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
     if args.only:
@@ -231,8 +263,14 @@ def _mutants(args: argparse.Namespace) -> int:
 
 
 def _emit(args: argparse.Namespace) -> int:
+    trace = _load(args.file, "emit")
+    if trace is None:
+        return EXIT_INVALID
+    from fuzz.emit import emit
+    from fuzz.replay import prepare
+
     try:
-        trace = load_trace(args.file, None)
+        trace = prepare(trace, None)
     except TraceError as exc:
         print(f"emit: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -251,6 +289,35 @@ def _parse_faults(text: str | None) -> list[str] | None:
     if unknown:
         raise ValueError(one_line(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}"))
     return names
+
+
+def _load(path: Path, command: str) -> Trace | None:
+    """The file through the loader, before torch or the harness is imported; None (said on one line) if refused."""
+    try:
+        return load(path)
+    except TraceError as exc:
+        print(f"{command}: invalid trace {one_line(str(path))}: {exc}", file=sys.stderr)
+        return None
+
+
+Runner = Callable[[argparse.Namespace], int]
+# Each command: its help, what adds its flags, what runs it.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Runner]] = {
+    "run": ("fuzz the reference pool in lockstep with the model", _run_flags, _run),
+    "replay": ("replay a counterexample file without Hypothesis", _replay_flags, _replay),
+    "emit": ("write a pytest regression test that replays a counterexample", _emit_flags, _emit),
+    "mutants": ("grade the harness: turn on each fault switch alone and fuzz for it", _mutants_flags, _mutants),
+    "verify-upstream": (
+        "the harness against the installed upstream SGLang (a sglang venv)",
+        _verify_flags,
+        _verify_upstream,
+    ),
+    "campaign": (
+        "a time-boxed campaign over every pool and swarm, on N worker processes",
+        _campaign_flags,
+        _campaign,
+    ),
+}
 
 
 if __name__ == "__main__":

@@ -711,9 +711,8 @@ def _summary(report: dict[str, Any], out: Path) -> str:
     )
 
 
-def add_parser(sub: Any) -> None:
+def add_flags(c: argparse.ArgumentParser) -> None:
     """The `campaign` subcommand's flags (bad values exit 2 through argparse with a one-line reason)."""
-    c = sub.add_parser("campaign", help="a time-boxed campaign over every pool and swarm, on N worker processes")
     c.add_argument(
         "--budget",
         type=_arg(parse_duration),

@@ -2,8 +2,8 @@
 finding (`regressions/`). A finding with no fault switch on the reference pool is a false alarm, listed first.
 
 Strings that come from counterexample files (failure kinds and ids, file names, re-check reasons) are quoted, not
-trusted: in Markdown every ASCII punctuation character is backslash-escaped and control characters are shown as
-escapes (`text`), code spans are fenced longer than any backtick run inside (`code`), and shell commands quote
+trusted: in Markdown every character that can start markup is backslash-escaped and control characters are shown
+as escapes (`text`), code spans are fenced longer than any backtick run inside (`code`), and shell commands quote
 their paths; `report.json` is written by `json.dumps` (strict: no NaN)."""
 
 from __future__ import annotations
@@ -176,13 +176,15 @@ def _image(title: str, name: str, report: dict[str, Any]) -> str:
     return f"({title}: no plot, {report.get('plots_skipped', 'not drawn')})"
 
 
-_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character, which CommonMark lets escape
+# The characters that can start markup inside a line (emphasis, code, links, images, HTML, entities, table cells,
+# strikethrough, math); `_` only at a word's edge (inside a word, as in `reuse_released`, it is plain text).
+_MARKUP = re.compile(r"([\\`*\[\]<>|!&~$])|((?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
 def text(value: str) -> str:
-    """`value` as Markdown text, rendered as written: one line, punctuation escaped (no markup, links, HTML or
-    table cells can start inside it)."""
-    return _PUNCTUATION.sub(r"\\\1", one_line(value, limit=2000))
+    """`value` as Markdown text, rendered as written: one line, every markup character escaped (no emphasis,
+    link, HTML or table cell can start inside it)."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(0), one_line(value, limit=2000))
 
 
 def code(value: str, cell: bool = False) -> str:

@@ -31,9 +31,13 @@ class ReplayResult:
 
 
 def load_trace(path: Path, faults: list[str] | None, target: str | None = None) -> Trace:
-    """Load and validate (`model.trace.load`, then `unpassed_key`); `faults` and `target` (when given) replace
-    the ones recorded in the file."""
-    trace = load(path)
+    """Load and validate (`model.trace.load`, then `prepare`)."""
+    return prepare(load(path), faults, target)
+
+
+def prepare(trace: Trace, faults: list[str] | None, target: str | None = None) -> Trace:
+    """The trace as replay runs it: refused (`TraceError`) if its config names a key the pool would not see;
+    `faults` and `target` (when given) replace the ones recorded in the file."""
     problem = unpassed_key(trace.config)
     if problem:
         raise TraceError(problem)

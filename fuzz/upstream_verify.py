@@ -29,7 +29,6 @@ from fuzz.replay import replay
 from fuzz.run import run
 from model.trace import (
     NAME,
-    STEP_SCHEMA,
     Failure,
     Rule,
     Step,
@@ -42,6 +41,7 @@ from model.trace import (
     parse_json,
     read_bounded,
     show,
+    step_schema,
 )
 from properties.abstraction import observe
 
@@ -155,7 +155,7 @@ def _finding(index: int, entry: Any) -> Finding:
         if not rule.ok(value):
             raise FindingsError(f"{where} lacks or mistypes {key}: {key} must be {rule.what}, got {show(value)}")
     where = f"finding {entry['id']}"
-    if not set(entry.get("fuzz_exclude", [])) <= set(STEP_SCHEMA):
+    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()):
         raise FindingsError(f"{where}: fuzz_exclude names an op kvlife does not have: {show(entry['fuzz_exclude'])}")
     return Finding(
         id=entry["id"],

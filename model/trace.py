@@ -4,11 +4,14 @@ A trace is the config, the seed, each step with its arguments and the implementa
 failure it shows. `load` is the one loader: every field's type and bounds are checked, and so is the memory a
 pool of the config would take, before anything is built; a file that is not a valid trace raises `TraceError`
 with a one-line reason naming the field. The schema is two tables: `CONFIG_SCHEMA` (one rule per config key)
-and `STEP_SCHEMA` (derived from the action table, `model.actions`, so a new op or argument needs no edit here).
+and `step_schema()` (derived from the action table, `model.actions`, so a new op or argument needs no edit here).
+The config and its size are checked first, before the action table (and torch, which it loads) is imported: a
+file asking for a pool too large is refused in a fraction of a second.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -17,9 +20,10 @@ import stat
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
-from model.actions import CONTRACT, Action
+if TYPE_CHECKING:
+    from model.actions import Action
 
 FORMAT = "kvlife-trace"
 VERSION = 1
@@ -38,7 +42,7 @@ MAX_FAULTS = 64
 POOL_BYTES_LIMIT = 256 << 20
 REPLAY_WORK_LIMIT = 1 << 30
 ROW_ENTRY_BYTES = 4  # `req_to_token` is int32
-ROW_BYTES = 128  # per row: the free list, the generations, and the Python copies of both in each snapshot
+ROW_BYTES = 256  # per row: the free list, the generations, their Python copies in snapshots, the model's rows
 PAGE_BYTES = 128  # per page: the int64 free list, and its Python copies in snapshots and page checks
 TOP_LEVEL = ("format", "version", "config", "seed", "steps", "failure", "meta")
 STEP_KEYS = ("op", "args", "choice")
@@ -133,10 +137,12 @@ def _shape(action: Action) -> StepShape:
     return StepShape(args, {name: SORTS[params[name]] for name in action.choice})
 
 
-# Every op of the contract, and the harness's observation step (changes nothing on model or pool).
-STEP_SCHEMA: dict[str, StepShape] = {a.name: _shape(a) for a in CONTRACT} | {
-    "differential": StepShape({"req": SORTS["req"]}, {})
-}
+@functools.cache
+def step_schema() -> dict[str, StepShape]:
+    """Every op of the contract, and the harness's observation step (it changes nothing on model or pool)."""
+    from model.actions import CONTRACT  # imports torch through `properties`: only once a step is to be checked
+
+    return {a.name: _shape(a) for a in CONTRACT} | {"differential": StepShape({"req": SORTS["req"]}, {})}
 
 
 # -- the trace --------------------------------------------------------------------------------------------
@@ -277,8 +283,9 @@ def parse(data: bytes) -> Trace:
         raise TraceError(f"version {show(doc.get('version'))} is not supported (this kvlife reads version {VERSION})")
     _only_keys("top level", doc, TOP_LEVEL)
     config = _config(doc.get("config"))
-    steps = _steps(doc.get("steps"))
-    check_size(config, len(steps))
+    raw_steps = doc.get("steps")
+    check_size(config, len(raw_steps) if isinstance(raw_steps, list) else 0)
+    steps = _steps(raw_steps)
     seed = doc.get("seed")
     if seed is not None and not (_is_int(seed) and 0 <= seed < 1 << 64):
         raise TraceError(f"seed must be an integer in [0, 2^64) or null, got {show(seed)}")
@@ -354,10 +361,10 @@ def _step(index: int, step: Any) -> Step:
     if not isinstance(step, dict):
         raise TraceError(f"step {index} must be an object")
     _only_keys(f"step {index}", step, STEP_KEYS)
-    op = step.get("op")
-    shape = STEP_SCHEMA.get(op) if isinstance(op, str) else None
+    op, schema = step.get("op"), step_schema()
+    shape = schema.get(op) if isinstance(op, str) else None
     if shape is None or not isinstance(op, str):
-        raise TraceError(f"step {index}: unknown op {show(op)} (known: {', '.join(STEP_SCHEMA)})")
+        raise TraceError(f"step {index}: unknown op {show(op)} (known: {', '.join(schema)})")
     args = _int_map(index, "args", step.get("args"), shape.args, required=True)
     choice = _int_map(index, "choice", step.get("choice", {}), shape.choice, required=False)
     return Step(op, args, choice)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +22,11 @@ import pytest
 
 import fuzz.__main__ as fuzz_cli
 import fuzz.campaign
+import fuzz.emit
 import fuzz.lockstep
 import fuzz.mutants
+import fuzz.profiles
+import fuzz.run
 import fuzz.upstream_verify
 import model.__main__ as model_cli
 from fuzz.profiles import DEFAULT_POOL, PROFILES
@@ -88,12 +93,12 @@ def _prove_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
 
 
 def _run(tmp: Path, mp: pytest.MonkeyPatch, profile: object, *flags: str) -> int:
-    mp.setitem(fuzz_cli.PROFILES, "ci", profile)
+    mp.setitem(fuzz.profiles.PROFILES, "ci", profile)
     return _exit(["run", "--profile", "ci", "--out", str(tmp / "ce"), *flags])
 
 
 def _run_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
-    mp.setattr(fuzz_cli, "run", _planted)
+    mp.setattr(fuzz.run, "run", _planted)
     return _run(tmp, mp, TINY)
 
 
@@ -106,7 +111,7 @@ def _replay_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
 
 
 def _emit_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
-    mp.setattr(fuzz_cli, "emit", _planted)
+    mp.setattr(fuzz.emit, "emit", _planted)
     return _exit(["emit", str(_trace_file(tmp)), "--out", str(tmp / "reg")])
 
 
@@ -269,3 +274,25 @@ def _assert_internal_error_lines(out: str, err: str) -> None:
         named = re.search(r"traceback in (\S+\.txt)", line)
         assert named, line
         assert "RuntimeError: planted internal error" in Path(named.group(1)).read_text()
+
+
+def test_a_config_over_the_memory_limit_is_refused_before_torch_is_imported(tmp_path: Path) -> None:
+    """The replay of a file asking for a 4 TiB pool: exit 2, one line naming the fields and the limit, and
+    nothing heavy loaded first (that is what makes the refusal take a fraction of a second)."""
+    path = _too_big(tmp_path)
+    probe = (
+        "import sys; from fuzz.__main__ import main; code = main(['replay', sys.argv[1]]); "
+        "print('torch loaded' if 'torch' in sys.modules else 'torch not loaded'); sys.exit(code)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "config.rows x config.width" in line and "more than the 256.0 MiB limit" in line
+    assert done.stdout.strip() == "torch not loaded"
+
+
+def test_the_cli_copies_of_heavy_modules_constants_agree() -> None:
+    assert fuzz_cli.TARGET_NAMES == fuzz.profiles.TARGET_NAMES
+    assert fuzz_cli.REGRESSIONS == fuzz.emit.REGRESSIONS

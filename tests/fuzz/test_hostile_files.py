@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from fuzz.emit import render
 from fuzz.profiles import POOLS
-from model.trace import CONFIG_SCHEMA, MAX_FILE_BYTES, MAX_NAME_CHARS, MAX_STEPS, MAX_TEXT_CHARS, STEP_SCHEMA
+from model.trace import CONFIG_SCHEMA, MAX_FILE_BYTES, MAX_NAME_CHARS, MAX_STEPS, MAX_TEXT_CHARS, step_schema
 
 FILES_IN_TEST = 300
 TIME_BOUND_S = 60.0  # per file, all its commands; the slowest valid files (pools near the limits) take seconds
@@ -105,8 +105,8 @@ def breakout_text() -> st.SearchStrategy[str]:
 
 @st.composite
 def valid_step(draw: st.DrawFn) -> dict[str, Any]:
-    op = draw(st.sampled_from(sorted(STEP_SCHEMA)))
-    shape = STEP_SCHEMA[op]
+    op = draw(st.sampled_from(sorted(step_schema())))
+    shape = step_schema()[op]
     args = {name: draw(st.integers(0, 6 if name in ("req", "row") else 40)) for name in shape.args}
     choice = {name: draw(st.integers(0, 8)) for name in shape.choice if draw(st.booleans())}
     return {"op": op, "args": args, "choice": choice}
@@ -249,17 +249,25 @@ def _huge_steps(draw: st.DrawFn, h: Hostile) -> None:
     h.doc.pop("failure", None)
 
 
+# Pools near the memory limit that the loader lets through: each builds a large pool (a second or more), so they
+# are drawn rarely. Each is (rows, width, tokens, page_size).
+NEAR_LIMIT = ((1 << 13, (1 << 12) - 64, 64, 1), ((1 << 18) - 4096, 32, 64, 1), (4, 32, (1 << 20) - (1 << 14), 1))
+
+
 def _extreme_sizes(draw: st.DrawFn, h: Hostile) -> None:
     """Sizes each within the loader's bounds whose combination is huge, near the memory limit, or tiny."""
     config = h.doc.get("config") if isinstance(h.doc, dict) else None
     if not isinstance(config, dict):
         return
-    rows = draw(st.sampled_from([1, 4, 2**12, 2**13, 2**14, 2**16, 2**20]))
-    width = draw(st.sampled_from([1, 32, 2**10, 2**12, 2**14, 2**20]))
-    page_size = draw(st.sampled_from([1, 4, 64, 1024, 3]))
-    tokens = draw(st.sampled_from([64, 2**16, 2**20, 2**21, 2**24]))
+    if draw(st.integers(0, 15)) == 0:
+        rows, width, tokens, page_size = draw(st.sampled_from(NEAR_LIMIT))
+    else:
+        rows = draw(st.sampled_from([1, 4, 2**12, 2**13, 2**14, 2**16, 2**20]))
+        width = draw(st.sampled_from([1, 32, 2**10, 2**12, 2**14, 2**20]))
+        page_size = draw(st.sampled_from([1, 4, 64, 1024, 3]))
+        tokens = draw(st.sampled_from([64, 2**16, 2**20, 2**21, 2**24]))
     config |= {"rows": rows, "width": width, "page_size": page_size, "tokens": tokens}
-    if draw(st.booleans()):
+    if draw(st.integers(0, 7)) == 0:
         config |= {"row_pool": "decode", "pre_alloc_size": draw(st.sampled_from([1, 2**10, 2**20]))}
 
 
