@@ -8,7 +8,7 @@
           2: bad usage; 70: the campaign itself failed (a worker crashed, or re-checking --out hit an internal error)
   verify-upstream  exit 0: the upstream target meets every expectation of upstream/findings.json; 1: otherwise;
           2: bad usage, no sglang here, or an invalid findings file
-  every command: 70 kvlife itself failed (`fuzz.exits`: one line on stderr, the traceback in a file)
+  every command: 70 kvlife itself failed (`model.exits`: one line on stderr, the traceback in a file)
 
 `--target sglang` (run, replay, mutants) runs upstream SGLang's pool (impl/upstream/target.py) in place of the
 reference; it needs a sglang venv (`make sglang-setup`).
@@ -210,7 +210,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"fuzz run: counterexample found: {result.failure_text}")
     print(f"  written to {result.counterexample}")
-    print(f"  replay with: python -m fuzz replay {result.counterexample}")
+    print(f"  replay with: python -m fuzz replay {shlex.quote(str(result.counterexample))}")
     return 1
 
 

@@ -54,6 +54,9 @@ WHAT_CHARS = 160  # of a differential row's description in the printed table; it
 class FindingsError(ValueError):
     """The findings file is not valid; the message says why, on one line."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from fuzz.emit import render
+from fuzz.flags import whole
 from fuzz.profiles import POOLS
 from model.trace import CONFIG_SCHEMA, MAX_FILE_BYTES, MAX_NAME_CHARS, MAX_STEPS, MAX_TEXT_CHARS, step_schema
 
@@ -518,6 +519,34 @@ def test_every_hostile_file_ends_in_0_1_or_2_with_one_line_reasons(case: tuple[b
     assert not found, f"{found} (mutations: {done}; first bytes: {data[:300]!r})"
 
 
+FINDINGS = Path(__file__).resolve().parents[2] / "upstream" / "findings.json"
+
+
+@st.composite
+def hostile_findings(draw: st.DrawFn) -> bytes:
+    """The findings manifest, mutated as the trace files are."""
+    h = Hostile(json.loads(FINDINGS.read_text()))
+    for _ in range(draw(st.integers(1, 3))):
+        _mutate(draw, h)
+    return h.serialize()
+
+
+@settings(max_examples=100, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+@given(hostile_findings())
+def test_a_hostile_findings_manifest_is_loaded_or_refused_in_one_line(data: bytes) -> None:
+    from fuzz.upstream_verify import FindingsError, load_findings
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "findings.json"
+        path.write_bytes(data)
+        try:
+            findings = load_findings(path)
+        except FindingsError as exc:
+            assert "\n" not in str(exc) and str(exc).isprintable()
+            return
+    assert all(f.replay.is_file() and f.replay.is_relative_to(FINDINGS.parents[1]) for f in findings)
+
+
 def test_the_jail_reports_a_file_that_kills_the_worker() -> None:
     jail = Jail()
     try:
@@ -626,9 +655,9 @@ def _judge_all(cases: list[tuple[bytes, list[str], bool]], jails: list[Jail], ta
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzz.test_hostile_files")
-    parser.add_argument("--files", type=int, default=100_000)
-    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)))
-    parser.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
+    parser.add_argument("--files", type=whole(1, 10**8), default=100_000)
+    parser.add_argument("--workers", type=whole(1, 64), default=min(64, os.cpu_count() or 1))
+    parser.add_argument("--seed", type=whole(0, 2**32 - 1), default=int.from_bytes(os.urandom(4), "little"))
     args = parser.parse_args(argv)
     print(f"hostile files: {args.files} files on {args.workers} jailed workers, seed {args.seed}", flush=True)
     start = time.monotonic()
