@@ -46,7 +46,13 @@ HEADROOM_BYTES = 3 << 30
 EXIT_STATUSES = (0, 1, 2)
 MAX_HOSTILE_BYTES = MAX_FILE_BYTES + (1 << 20)  # just past the loader's file limit: never exhausts the generator
 BATCH_FILES = 100  # files generated, then judged, at a time in the long run: a batch can hold a few large ones
-FAULT_CHOICES = ([], ["legacy_reuse_guard"], ["raw_row_free"], ["finish_skips_row_free"], ["no_such_fault"])
+FAULT_CHOICES: tuple[list[str], ...] = (
+    [],
+    ["legacy_reuse_guard"],
+    ["raw_row_free"],
+    ["finish_skips_row_free"],
+    ["no_such_fault"],
+)
 PLACEHOLDER = "\x00kvlife-raw-{}\x00"  # a string json.dumps writes as-is (escaped), spliced with raw JSON later
 BREAKOUTS = (
     '"""',
@@ -128,14 +134,22 @@ def valid_trace(draw: st.DrawFn) -> dict[str, Any]:
     return doc
 
 
-def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Every path into a JSON document, the root excluded."""
-    found = []
-    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-    for key, child in children:
-        found.append((*prefix, key))
-        found += _paths(child, (*prefix, key))
-    return found
+def _children(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, dict) else list(range(len(value))) if isinstance(value, list) else []
+
+
+def _walk(draw: st.DrawFn, doc: Any, want: type | None = None) -> tuple[Any, ...]:
+    """A path into `doc` drawn by walking down from the root (never enumerating: a mutated document can hold
+    millions of nodes); with `want`, the walk goes on until a value of that type or a leaf."""
+    path: tuple[Any, ...] = ()
+    value = doc
+    while True:
+        keys = _children(value)
+        done = isinstance(value, want) if want else path and draw(st.integers(0, 2)) == 0
+        if done or not keys:
+            return path
+        key = keys[draw(st.integers(0, len(keys) - 1))]
+        path, value = (*path, key), value[key]
 
 
 def _get(doc: Any, path: tuple[Any, ...]) -> Any:
@@ -170,8 +184,7 @@ class Hostile:
 
 
 def _mutate(draw: st.DrawFn, h: Hostile) -> None:
-    paths = _paths(h.doc)
-    path = draw(st.sampled_from(paths)) if paths else ()
+    path = _walk(draw, h.doc)
     how = draw(
         st.sampled_from(
             ["drop", "retype", "enlarge", "nest", "raw", "escape", "extra-key", "steps", "sizes", "sizes", "escape"]
@@ -183,7 +196,7 @@ def _mutate(draw: st.DrawFn, h: Hostile) -> None:
         container = _get(h.doc, path[:-1])
         del container[path[-1]]
     elif how == "retype":
-        h.set(path, draw(st.sampled_from([v for v in OTHER_TYPES if type(v) is not type(value)])))
+        h.set(path, copy.deepcopy(draw(st.sampled_from([v for v in OTHER_TYPES if type(v) is not type(value)]))))
     elif how == "enlarge":
         h.set(path, _enlarged(draw, value))
     elif how == "nest":
@@ -228,15 +241,15 @@ def _escape(draw: st.DrawFn, h: Hostile) -> None:
     if not isinstance(h.doc, dict):
         return
     where = draw(st.sampled_from(["failure", "meta", "any"]))
-    if where == "failure" and h.doc.get("steps"):
+    if where == "failure" and isinstance(h.doc.get("steps"), list) and h.doc["steps"]:
         step = len(h.doc["steps"]) - 1
         h.doc["failure"] = {"step": step, **{k: draw(breakout_text()) for k in ("kind", "id", "message")}}
     elif where == "meta":
         h.doc["meta"] = {draw(breakout_text()): draw(breakout_text()) for _ in range(draw(st.integers(1, 3)))}
     else:
-        strings = [p for p in _paths(h.doc) if isinstance(_get(h.doc, p), str)]
-        if strings:
-            h.set(draw(st.sampled_from(strings)), draw(breakout_text()))
+        path = _walk(draw, h.doc, str)
+        if isinstance(_get(h.doc, path), str):
+            h.set(path, draw(breakout_text()))
 
 
 def _huge_steps(draw: st.DrawFn, h: Hostile) -> None:
@@ -573,11 +586,16 @@ def test_the_verdict_catches_what_it_exists_to_catch() -> None:
 
 @dataclass
 class Tally:
+    """The long run's counts: replay's exit statuses, emitted modules checked, and every kind of problem."""
+
     files: int = 0
     exits: Counter[int] = field(default_factory=Counter)
     emitted: int = 0
-    crashes: int = 0
+    internal_errors: int = 0
+    deaths: int = 0
+    timeouts: int = 0
     long_reasons: int = 0
+    slowest_s: float = 0.0
     bad: list[str] = field(default_factory=list)
 
     def add(self, outcome: Outcome | str, done: list[str], data: bytes) -> None:
@@ -585,11 +603,13 @@ class Tally:
         found = problems(outcome)
         if isinstance(outcome, Outcome):
             self.exits[outcome.replay] += 1
-            self.emitted += outcome.emit == 0
-            self.crashes += bool(outcome.tracebacks) or outcome.replay not in EXIT_STATUSES
+            self.emitted += outcome.emit == 0 and not any(p.startswith("emitted module") for p in found)
+            self.internal_errors += bool(outcome.tracebacks) or outcome.replay not in EXIT_STATUSES
             self.long_reasons += any("lines on stderr" in p or "more than one line" in p for p in found)
+            self.slowest_s = max(self.slowest_s, outcome.seconds)
         else:
-            self.crashes += 1
+            self.timeouts += outcome == "timeout"
+            self.deaths += outcome != "timeout"
         if found:
             self.bad.append(f"{found} (mutations: {done}; first bytes: {data[:200]!r})")
 
@@ -597,8 +617,9 @@ class Tally:
         exits = ", ".join(f"exit {code}: {self.exits[code]}" for code in sorted(self.exits))
         return (
             f"hostile files: {self.files} files in {seconds:.0f} s; {exits}; {self.emitted} emitted tests inert; "
-            f"{self.crashes} crashes (internal errors, deaths, timeouts); {self.long_reasons} reasons longer "
-            f"than one line; {len(self.bad)} files with any problem"
+            f"crashes: {self.internal_errors} internal errors, {self.deaths} workers died, {self.timeouts} over "
+            f"{TIME_BOUND_S:.0f} s; {self.long_reasons} reasons longer than one line; slowest file "
+            f"{self.slowest_s:.1f} s; {len(self.bad)} files with any problem"
         )
 
 
@@ -639,7 +660,7 @@ def _run_long(files: int, workers: int, base_seed: int) -> Tally:
 
 def _judge_all(cases: list[tuple[bytes, list[str], bool]], jails: list[Jail], tally: Tally) -> None:
     """Judge `cases` on every jail at once, each jail one file at a time."""
-    queue, busy = list(reversed(cases)), {}
+    queue, busy = list(reversed(cases)), dict[Jail, tuple[bytes, list[str], bool]]()
     while queue or busy:
         for jail in jails:
             if jail not in busy and queue:
