@@ -558,8 +558,10 @@ def run_campaign(
     for group in report["groups"]:
         if group["false_alarm"]:
             print(
-                f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
-                f"{group['representative']}",
+                one_line(
+                    f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
+                    f"{group['representative']}"
+                ),
                 file=err or sys.stderr,
                 flush=True,
             )
