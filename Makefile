@@ -7,7 +7,7 @@ STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
 .PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
-	verify-sglang
+	verify-sglang hostile-files
 
 setup: $(STAMP)
 
@@ -47,6 +47,14 @@ SHARD ?= 1/1
 
 fuzz-nightly: setup
 	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz campaign --budget $(BUDGET) --out $(OUT) --db $(DB) --shard $(SHARD)
+
+# The hostile-file fuzzer's long run: N mutated counterexample files through replay, emit and the campaign's
+# re-check, each in a forked worker under an address-space limit; prints the counts (make test runs 300 files).
+N ?= 100000
+HOSTILE_WORKERS ?= 2
+
+hostile-files: setup
+	@OMP_NUM_THREADS=1 $(BIN)/python -m tests.fuzz.test_hostile_files --files $(N) --workers $(HOSTILE_WORKERS)
 
 bench: setup
 	@$(BIN)/python -m bench

@@ -5,62 +5,84 @@
   emit    exit 0: the regression test was written; 2: not a valid trace
   mutants exit 0: every in-scope fault was found and nothing without one; 1: otherwise; 2: bad usage
   campaign exit 0: nothing found; 1: counterexamples found (new, or earlier ones in --out that still fail);
-          2: bad usage, or the campaign itself failed (a worker crashed)
-  components exit 0: every unit kept its contract; 1: a unit broke it; 2: bad usage (python -m fuzz.components)
+          2: bad usage; 70: the campaign itself failed (a worker crashed, or re-checking --out hit an internal error)
   verify-upstream  exit 0: the upstream target meets every expectation of upstream/findings.json; 1: otherwise;
-          2: bad usage, no sglang here, or an unreadable findings file
+          2: bad usage, no sglang here, or an invalid findings file
+  every command: 70 kvlife itself failed (`model.exits`: one line on stderr, the traceback in a file)
 
 `--target sglang` (run, replay, mutants) runs upstream SGLang's pool (impl/upstream/target.py) in place of the
 reference; it needs a sglang venv (`make sglang-setup`).
+
+Each command imports its machinery (torch, Hypothesis) only once it runs, and `replay` and `emit` validate the
+file before that: a file that is refused costs a fraction of a second.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from fuzz.campaign import add_parser as add_campaign_parser
-from fuzz.campaign import cli as campaign_cli
-from fuzz.emit import REGRESSIONS, emit
-from fuzz.machine import SWARMS
-from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
-from fuzz.mutants import cli as mutants_cli
-from fuzz.profiles import POOLS, PROFILES, TARGET_NAMES, describe_pool
-from fuzz.replay import load_trace, replay, verdict
-from fuzz.run import run
-from fuzz.targets import retarget, target_problem
+from fuzz.flags import folder_problem, seconds, whole
 from impl.faults import FAULTS
-from model.trace import TraceError
+from model.exits import EXIT_INVALID, internal_error
+from model.trace import Trace, TraceError, load, one_line
+
+MAX_SEED = (1 << 64) - 1
+MAX_CASES = 1_000_000
+# As `fuzz.profiles.TARGET_NAMES` and `fuzz.emit.REGRESSIONS` (a test checks): those modules load Hypothesis, torch.
+TARGET_NAMES = ("reference", "sglang")
+REGRESSIONS = Path("tests/regressions")
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the flags (argparse exits 2 on bad ones), check the output folders, run the command; a crash of
+    kvlife itself is `EXIT_INTERNAL` with one line, never a traceback that reads as exit 1."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["components"]:  # its own parser: every argument after the word is the component CLI's
-        from fuzz.components.cli import main as components
-
-        return components(argv[1:])
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        return _run(args)
-    if args.command == "campaign":
-        return campaign_cli(args)
-    if args.command == "emit":
-        return _emit(args)
-    if args.command == "mutants":
-        return _mutants(args)
-    if args.command == "verify-upstream":
-        from fuzz.upstream_verify import cli as verify_upstream
-
-        return verify_upstream(args.findings, args.out, args.random, args.cases)
-    return _replay(args)
+        return _components(argv[1:])
+    args = _parser(argv).parse_args(argv)
+    command = f"fuzz {args.command}"
+    try:
+        problem = _folders_problem(args)
+        if problem:
+            print(f"{command}: {problem}", file=sys.stderr)
+            return EXIT_INVALID
+        return COMMANDS[args.command][2](args)
+    except Exception as exc:
+        return internal_error(command, exc)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _folders_problem(args: argparse.Namespace) -> str | None:
+    """Every folder flag (`--out`, `--db`) must be a folder kvlife can create or write into."""
+    for flag in ("out", "db"):
+        path = getattr(args, flag, None)
+        problem = folder_problem(path) if path is not None else None
+        if problem:
+            return f"--{flag}: {problem}"
+    return None
+
+
+def _parser(argv: list[str]) -> argparse.ArgumentParser:
+    """Every command, with the flags of the one named in `argv` only (building the others' would import what
+    their choices come from)."""
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     parser = argparse.ArgumentParser(prog="python -m fuzz")
     sub = parser.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="fuzz the reference pool in lockstep with the model")
+    for name, (help_text, add_flags, _) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text)
+        if name == chosen:
+            add_flags(command)
+    return parser
+
+
+def _run_flags(r: argparse.ArgumentParser) -> None:
+    from fuzz.machine import SWARMS
+    from fuzz.profiles import POOLS, PROFILES
+
     r.add_argument("--profile", choices=sorted(PROFILES), default="dev")
     r.add_argument("--pool", choices=sorted(POOLS), default="chunk-p1", help="which pool shape to fuzz")
     r.add_argument("--swarm", choices=sorted(SWARMS), default="all", help="fuzz only this group of rules")
@@ -72,27 +94,35 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}",
     )
-    r.add_argument("--seed", type=int, help="Hypothesis seed (profiles other than ci draw one and print it)")
+    r.add_argument(
+        "--seed",
+        type=whole(0, MAX_SEED),
+        help="Hypothesis seed, 0 to 2^64-1 (profiles other than ci draw one and print it)",
+    )
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
     r.add_argument("--db", type=Path, default=Path(".hypothesis/kvlife"), help="example database (nightly)")
     r.add_argument("--coverage", action="store_true", help="print which lifecycle corners the run reached")
     r.add_argument("--target", choices=TARGET_NAMES, help="the pool to fuzz, in place of the pool shape's (reference)")
-    c = sub.add_parser(
-        "components", help="fuzz each pool and allocator directly, every public method (python -m fuzz.components)"
-    )
-    c.add_argument("rest", nargs="*", help="the arguments of python -m fuzz.components (see its --help)")
-    p = sub.add_parser("replay", help="replay a counterexample file without Hypothesis")
+
+
+def _replay_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path)
     p.add_argument("--faults", metavar="NAMES|none", help="comma-separated faults replacing the file's, or none")
     p.add_argument("--verbose", action="store_true", help="print the model and pool state after each step")
     p.add_argument("--target", choices=TARGET_NAMES, help="replay on this target, not the one the file recorded")
-    e = sub.add_parser("emit", help="write a pytest regression test that replays a counterexample")
+
+
+def _emit_flags(e: argparse.ArgumentParser) -> None:
     e.add_argument("file", type=Path)
     e.add_argument("--out", type=Path, default=REGRESSIONS, help="where the test goes")
-    m = sub.add_parser("mutants", help="grade the harness: turn on each fault switch alone and fuzz for it")
+
+
+def _mutants_flags(m: argparse.ArgumentParser) -> None:
+    from fuzz.mutants import DEFAULT_BUDGET_S, DEFAULT_OUT
+
     m.add_argument(
         "--budget",
-        type=_seconds,
+        type=seconds,
         default=DEFAULT_BUDGET_S,
         metavar="SECONDS",
         help="time budget per fault, and per no-fault run of each pool",
@@ -114,40 +144,53 @@ def _parser() -> argparse.ArgumentParser:
         default="reference",
         help="sglang: only the no-fault false-alarm runs (faults exist only in the reference pool)",
     )
-    v = sub.add_parser("verify-upstream", help="the harness against the installed upstream SGLang (a sglang venv)")
+
+
+def _verify_flags(v: argparse.ArgumentParser) -> None:
     v.add_argument("--findings", type=Path, default=Path("upstream/findings.json"), help="the known findings")
     v.add_argument("--out", type=Path, default=Path("reports/upstream"), help="where traces and replays go")
-    v.add_argument("--random", type=_count, default=300, metavar="N", help="random traces in the differential run")
-    v.add_argument("--cases", type=_count, metavar="N", help="test cases per lockstep run (default: the ci profile's)")
-    add_campaign_parser(sub)
-    return parser
+    v.add_argument(
+        "--random", type=whole(1, MAX_CASES), default=300, metavar="N", help="random traces in the differential run"
+    )
+    v.add_argument(
+        "--cases", type=whole(1, MAX_CASES), metavar="N", help="test cases per lockstep run (default: the ci profile's)"
+    )
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text}")
-    return int(text)
+def _campaign_flags(c: argparse.ArgumentParser) -> None:
+    from fuzz.campaign import add_flags
+
+    add_flags(c)
 
 
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"a budget must be a positive number of seconds, got {text}")
-    return value
+def _campaign(args: argparse.Namespace) -> int:
+    from fuzz.campaign import cli
+
+    return cli(args)
+
+
+def _verify_upstream(args: argparse.Namespace) -> int:
+    from fuzz.upstream_verify import cli
+
+    return cli(args.findings, args.out, args.random, args.cases)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from fuzz.profiles import POOLS, PROFILES, describe_pool
+    from fuzz.run import run
+    from fuzz.targets import retarget, target_problem
+
     profile = PROFILES[args.profile]
     seed = args.seed
     if seed is None and not profile.derandomize:
-        seed = int.from_bytes(__import__("os").urandom(4), "little")
+        seed = int.from_bytes(os.urandom(4), "little")
     config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
     if args.target:
         config = retarget(config, args.target)
     problem = target_problem(config)
     if problem:
         print(f"fuzz run: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_INVALID
     print(
         f"fuzz run: profile {profile.name}, swarm {args.swarm}, seed {seed if seed is not None else 'derandomized'}, "
         f"faults {', '.join(args.fault) or 'none'}, target {config['target']}",
@@ -164,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     print(f"fuzz run: counterexample found: {result.failure_text}")
     print(f"  written to {result.counterexample}")
-    print(f"  replay with: python -m fuzz replay {result.counterexample}")
+    print(f"  replay with: python -m fuzz replay {shlex.quote(str(result.counterexample))}")
     return 1
 
 
@@ -179,11 +222,20 @@ def coverage_table(corners: dict[str, int]) -> str:
 def _replay(args: argparse.Namespace) -> int:
     try:
         faults = _parse_faults(args.faults)
-        trace = load_trace(args.file, faults, args.target)
+    except ValueError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    trace = _load(args.file, "replay")
+    if trace is None:
+        return EXIT_INVALID
+    from fuzz.replay import prepare, replay, verdict
+
+    try:
+        trace = prepare(trace, faults, args.target)
         result = replay(trace, args.verbose)
     except TraceError as exc:
-        print(f"replay: invalid trace {args.file}: {exc}", file=sys.stderr)
-        return 2
+        print(f"replay: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     print("\n".join(result.lines))
     code, line = verdict(trace, result)
     print(line)
@@ -191,6 +243,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _mutants(args: argparse.Namespace) -> int:
+    from fuzz.mutants import cli as mutants_cli
+
     if args.target == "reference":
         return mutants_cli(args.only or list(FAULTS), args.budget, args.out)
     if args.only:
@@ -199,20 +253,26 @@ def _mutants(args: argparse.Namespace) -> int:
             "false-alarm runs (drop --only)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_INVALID
     from fuzz.upstream_verify import false_alarm_cli
 
     return false_alarm_cli(args.budget, args.out)
 
 
 def _emit(args: argparse.Namespace) -> int:
+    trace = _load(args.file, "emit")
+    if trace is None:
+        return EXIT_INVALID
+    from fuzz.emit import emit
+    from fuzz.replay import prepare
+
     try:
-        trace = load_trace(args.file, None)
+        trace = prepare(trace, None)
     except TraceError as exc:
-        print(f"emit: invalid trace {args.file}: {exc}", file=sys.stderr)
-        return 2
+        print(f"emit: invalid trace {one_line(str(args.file))}: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     path = emit(trace, args.out)
-    print(f"emit: wrote {path}; run it with: .venv/bin/python -m pytest {path}")
+    print(f"emit: wrote {one_line(str(path))}; run it with: .venv/bin/python -m pytest {shlex.quote(str(path))}")
     return 0
 
 
@@ -224,8 +284,55 @@ def _parse_faults(text: str | None) -> list[str] | None:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = sorted(set(names) - FAULTS.keys())
     if unknown:
-        raise TraceError(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}")
+        raise ValueError(one_line(f"--faults names unknown faults {unknown}; known: {', '.join(sorted(FAULTS))}"))
     return names
+
+
+def _load(path: Path, command: str) -> Trace | None:
+    """The file through the loader, before torch or the harness is imported; None (said on one line) if refused."""
+    try:
+        return load(path)
+    except TraceError as exc:
+        print(f"{command}: invalid trace {one_line(str(path))}: {exc}", file=sys.stderr)
+        return None
+
+
+def _components(argv: list[str]) -> int:
+    try:
+        from fuzz.components.cli import main as components
+
+        return components(argv)
+    except Exception as exc:
+        return internal_error("fuzz components", exc)
+
+
+def _components_flags(c: argparse.ArgumentParser) -> None:
+    c.add_argument("rest", nargs="*", help="the arguments of python -m fuzz.components (see its --help)")
+
+
+Runner = Callable[[argparse.Namespace], int]
+# Each command: its help, what adds its flags, what runs it.
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Runner]] = {
+    "run": ("fuzz the reference pool in lockstep with the model", _run_flags, _run),
+    "components": (
+        "fuzz each pool and allocator directly, every public method (python -m fuzz.components)",
+        _components_flags,
+        lambda args: _components(args.rest),
+    ),
+    "replay": ("replay a counterexample file without Hypothesis", _replay_flags, _replay),
+    "emit": ("write a pytest regression test that replays a counterexample", _emit_flags, _emit),
+    "mutants": ("grade the harness: turn on each fault switch alone and fuzz for it", _mutants_flags, _mutants),
+    "verify-upstream": (
+        "the harness against the installed upstream SGLang (a sglang venv)",
+        _verify_flags,
+        _verify_upstream,
+    ),
+    "campaign": (
+        "a time-boxed campaign over every pool and swarm, on N worker processes",
+        _campaign_flags,
+        _campaign,
+    ),
+}
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import queue as queue_module
 import re
+import shlex
 import sys
 import threading
 import time
@@ -30,15 +31,21 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis.stateful import get_state_machine_test
 
+from fuzz.flags import MAX_SECONDS, whole
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.machine import SWARMS, Recorder, build_machine
 from fuzz.profiles import POOLS, Profile
 from fuzz.replay import load_trace, replay
 from fuzz.run import delete_steps, git_commit
 from impl.faults import FAULTS
-from model.trace import Failure, Trace, TraceError, dump, load
+from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, save_traceback
+from model.trace import Failure, Trace, TraceError, dump, load, one_line
 
-EXIT_CLEAN, EXIT_FOUND, EXIT_FAILED = 0, 1, 2
+EXIT_FAILED = EXIT_INTERNAL  # the campaign itself failed: a worker crashed, or re-checking --out crashed kvlife
+MAX_WORKERS = 256
+MAX_SHARDS = 4096
+MAX_EXAMPLES = 1_000_000
+MAX_SEED_BASE = (1 << 63) - 1
 DEFAULT_EXAMPLES = 100  # test cases per unit: about 10 s of lockstep on one core
 STEPS_PER_CASE = 50
 PROGRESS_EVERY_S = 10.0
@@ -46,23 +53,27 @@ BEAT_EVERY_S = 1.0
 SHRINK_S = 20  # Hypothesis's shrink per failing unit stops here; `delete_steps` then trims what is left
 GRACE_S = 300.0  # after the budget, units in flight get this long to finish and shrink before they are cut
 REPORT_NAMES = ("report.json",)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+_DURATION = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*([smh]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in `90s`, `10m`, `8h` (a bare number is seconds); ValueError with a one-line reason otherwise."""
+    """Seconds in `90s`, `10m`, `8h` (a bare number is seconds), at most a week; ValueError with a one-line
+    reason otherwise."""
     match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"a duration is a positive number with s, m or h (90s, 10m, 8h), got {text!r}")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+    value = float(match.group(1)) * _UNIT_S[match.group(2)] if match else 0.0
+    if not 0 < value <= MAX_SECONDS:
+        raise ValueError(
+            f"a duration is a positive number with s, m or h (90s, 10m, 8h), at most {MAX_SECONDS:g} s, got {text!r}"
+        )
+    return value
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-    """`I/N` with 1 <= I <= N; ValueError with a one-line reason otherwise."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
-    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
-        raise ValueError(f"a shard is I/N with 1 <= I <= N (e.g. 2/4), got {text!r}")
+    """`I/N` with 1 <= I <= N <= `MAX_SHARDS`; ValueError with a one-line reason otherwise."""
+    match = re.fullmatch(r"\s*([0-9]{1,9})\s*/\s*([0-9]{1,9})\s*", text)
+    if not match or not 1 <= int(match.group(1)) <= int(match.group(2)) <= MAX_SHARDS:
+        raise ValueError(f"a shard is I/N with 1 <= I <= N <= {MAX_SHARDS} (e.g. 2/4), got {text!r}")
     return int(match.group(1)), int(match.group(2))
 
 
@@ -306,8 +317,13 @@ class Recheck:
     failure: dict[str, Any] | None = None
 
 
+REPRODUCES = "reproduces"
+INTERNAL_ERROR = "internal error"
+
+
 def recheck(out: Path) -> list[Recheck]:
-    """Replay every counterexample already in `out`: does it still fail?"""
+    """Replay every counterexample already in `out` through the loader: does it still fail? A file that is not a
+    valid trace is `invalid: why`; a crash of kvlife while replaying one is an `internal error`, never a finding."""
     found = []
     for path in sorted(out.glob("*.json")):
         if path.name in REPORT_NAMES:
@@ -317,9 +333,18 @@ def recheck(out: Path) -> list[Recheck]:
         except TraceError as exc:
             found.append(Recheck(str(path), f"invalid: {exc}"))
             continue
-        status = "reproduces" if result.failure is not None else "no longer reproduces"
+        except Exception as exc:
+            found.append(Recheck(str(path), _internal(exc)))
+            continue
+        status = REPRODUCES if result.failure is not None else "no longer reproduces"
         found.append(Recheck(str(path), status, asdict(result.failure) if result.failure else None))
     return found
+
+
+def _internal(exc: Exception) -> str:
+    where = save_traceback("".join(traceback.format_exception(exc)))
+    what = one_line(f"{type(exc).__name__}: {exc}", 200)
+    return f"{INTERNAL_ERROR} (kvlife itself failed, not the pool): {what}; traceback in {where}"
 
 
 Signature = tuple[str, str, tuple[str, ...], str]  # failure kind, failure id, faults, target
@@ -378,7 +403,7 @@ class Group:
             "ops": self.ops,
             "shapes": [asdict(shape) for shape in self.shapes],
             "false_alarm": self.false_alarm,
-            "replay": f"python -m fuzz replay {self.representative}",
+            "replay": f"python -m fuzz replay {shlex.quote(self.representative)}",
         }
 
 
@@ -511,14 +536,15 @@ Worker = Callable[[Plan, int, Any, float], None]
 
 
 def run_campaign(
-    plan: Plan, out: TextIO = sys.stdout, err: TextIO = sys.stderr, worker: Worker = worker_main
+    plan: Plan, out: TextIO | None = None, err: TextIO | None = None, worker: Worker = worker_main
 ) -> CampaignResult:
-    """Run the campaign, write its report in `plan.out`; exit code 0 nothing found, 1 found, 2 the campaign
-    failed (a worker crashed)."""
+    """Run the campaign, write its report in `plan.out`; exit code 0 nothing found, 1 found, 70 the campaign
+    failed (a worker crashed, or re-checking `--out` crashed kvlife). `out` and `err` default to the streams at the
+    time of the call (so that a redirection applies)."""
     from fuzz.campaign_report import write_report  # matplotlib loads in the parent only, never in workers
 
     def say(line: str) -> None:
-        print(line, file=out, flush=True)
+        print(line, file=out or sys.stdout, flush=True)
 
     torch.set_num_threads(1)  # the parent only supervises; its workers each use one core
     for line in header(plan):
@@ -532,9 +558,11 @@ def run_campaign(
     for group in report["groups"]:
         if group["false_alarm"]:
             print(
-                f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
-                f"{group['representative']}",
-                file=err,
+                one_line(
+                    f"FALSE ALARM: {group['kind']} {group['id']} with no fault on the reference pool: "
+                    f"{group['representative']}"
+                ),
+                file=err or sys.stderr,
                 flush=True,
             )
     say(_summary(report, plan.out))
@@ -547,9 +575,12 @@ def _resume(plan: Plan, tally: Tally, say: Callable[[str], None]) -> list[Rechec
         return rechecked
     say(f"resume: re-checking {len(rechecked)} counterexamples already in {plan.out}")
     for item in rechecked:
-        say(f"  {item.file}: {item.status}")
-        if item.status == "reproduces":
-            add_finding(tally.groups, item.file, _trim_unshrunk(Path(item.file)))
+        if item.status == REPRODUCES:
+            try:
+                add_finding(tally.groups, item.file, _trim_unshrunk(Path(item.file)))
+            except Exception as exc:
+                item.status, item.failure = _internal(exc), None
+        say(f"  {one_line(item.file)}: {item.status}")
     return rechecked
 
 
@@ -608,7 +639,7 @@ def _drain(queue: Any, tally: Tally, timeout: float) -> None:
 
 def _why(error: str | None, exitcode: int | None) -> str:
     if error:
-        return error.strip().splitlines()[-1]
+        return f"{one_line(error.strip().splitlines()[-1], 200)}; traceback in {save_traceback(error)}"
     return f"exit code {exitcode}"
 
 
@@ -625,7 +656,8 @@ def _report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: di
     elapsed = time.time() - tally.start
     steps = sum(tally.steps.values())
     groups = sorted(tally.groups.values(), key=lambda g: (not g.false_alarm, g.kind, g.id, len(g.ops)))
-    exit_code = EXIT_FAILED if crashed else EXIT_FOUND if groups else EXIT_CLEAN
+    broken = crashed or any(r.status.startswith(INTERNAL_ERROR) for r in rechecked)
+    exit_code = EXIT_FAILED if broken else EXIT_FOUND if groups else EXIT_CLEAN
     return {
         "commit": plan.commit,
         "seed_base": plan.seed_base,
@@ -672,7 +704,8 @@ def _summary(report: dict[str, Any], out: Path) -> str:
     verdict = {
         EXIT_CLEAN: "nothing found",
         EXIT_FOUND: f"{found} counterexamples: {found_line(report['groups'])}",
-        EXIT_FAILED: f"the campaign failed: {len(report['crashed'])} workers crashed",
+        EXIT_FAILED: f"the campaign failed (an internal error): {len(report['crashed'])} workers crashed, "
+        f"{sum(r['status'].startswith(INTERNAL_ERROR) for r in report['rechecked'])} re-checks crashed",
     }[report["exit_code"]]
     return (
         f"fuzz campaign: {verdict}; {report['steps']:,} steps in {report['elapsed_s']:.0f} s "
@@ -680,9 +713,8 @@ def _summary(report: dict[str, Any], out: Path) -> str:
     )
 
 
-def add_parser(sub: Any) -> None:
+def add_flags(c: argparse.ArgumentParser) -> None:
     """The `campaign` subcommand's flags (bad values exit 2 through argparse with a one-line reason)."""
-    c = sub.add_parser("campaign", help="a time-boxed campaign over every pool and swarm, on N worker processes")
     c.add_argument(
         "--budget",
         type=_arg(parse_duration),
@@ -692,10 +724,10 @@ def add_parser(sub: Any) -> None:
     )
     c.add_argument(
         "--workers",
-        type=_arg(_positive),
-        default=os.cpu_count() or 1,
+        type=whole(1, MAX_WORKERS),
+        default=min(os.cpu_count() or 1, MAX_WORKERS),
         metavar="N",
-        help="worker processes (default: all cores)",
+        help=f"worker processes, at most {MAX_WORKERS} (default: all cores)",
     )
     c.add_argument(
         "--shard",
@@ -707,7 +739,9 @@ def add_parser(sub: Any) -> None:
     c.add_argument("--target", choices=("reference", "sglang"), default="reference", help="the pool to fuzz")
     c.add_argument("--db", type=Path, default=Path(".hypothesis/campaign"), help="shared example database")
     c.add_argument("--out", type=Path, default=Path("reports/campaign"), help="counterexamples and the report")
-    c.add_argument("--seed", type=_arg(_natural), metavar="BASE", help="seed base (default: drawn and printed)")
+    c.add_argument(
+        "--seed", type=whole(0, MAX_SEED_BASE), metavar="BASE", help="seed base (default: drawn and printed)"
+    )
     c.add_argument(
         "--fault",
         action="append",
@@ -718,7 +752,7 @@ def add_parser(sub: Any) -> None:
     )
     c.add_argument(
         "--examples",
-        type=_arg(_positive),
+        type=whole(1, MAX_EXAMPLES),
         default=DEFAULT_EXAMPLES,
         metavar="N",
         help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core)",
@@ -735,7 +769,7 @@ def cli(args: Any) -> int:
             f"fuzz campaign: no pool of target {args.target} can be built here: {next(iter(problems.values()))}",
             file=sys.stderr,
         )
-        return EXIT_FAILED
+        return EXIT_INVALID
     for pool, problem in problems.items():
         print(f"fuzz campaign: {pool} left out: {problem}", file=sys.stderr)
     seed_base = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
@@ -776,15 +810,3 @@ def _arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
     return convert
-
-
-def _positive(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise ValueError(f"expected a whole number of at least 1, got {text!r}")
-    return int(text)
-
-
-def _natural(text: str) -> int:
-    if not text.strip().isdigit():
-        raise ValueError(f"expected a whole number of at least 0, got {text!r}")
-    return int(text)

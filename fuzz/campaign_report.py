@@ -1,17 +1,22 @@
 """A campaign's report in its `--out` folder: `report.json`, `report.md`, two plots and a regression test per
-finding (`regressions/`). A finding with no fault switch on the reference pool is a false alarm, listed first."""
+finding (`regressions/`). A finding with no fault switch on the reference pool is a false alarm, listed first.
+
+Strings that come from counterexample files (failure kinds and ids, file names, re-check reasons) are quoted, not
+trusted: in Markdown every character that can start markup is backslash-escaped and control characters are shown
+as escapes (`text`), code spans are fenced longer than any backtick run inside (`code`), and shell commands quote
+their paths; `report.json` is written by `json.dumps` (strict: no NaN)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
-from fuzz.campaign import found_line
+from fuzz.campaign import EXIT_FAILED, found_line
 from fuzz.emit import emit
-from model.trace import TraceError, load
+from model.trace import TraceError, load, one_line, write_atomically
 
 WORKERS_PNG = "workers.png"
 COVERAGE_PNG = "coverage.png"
@@ -23,8 +28,8 @@ def write_report(out: Path, report: dict[str, Any]) -> None:
     for group in report["groups"]:
         group["regression"] = _emit(Path(group["representative"]), out / REGRESSIONS)
     report["plots"] = _plots(out, report)
-    _atomic_write(out / "report.json", json.dumps(report, indent=1) + "\n")
-    _atomic_write(out / "report.md", markdown(report))
+    write_atomically(out / "report.json", json.dumps(report, indent=1, allow_nan=False) + "\n")
+    write_atomically(out / "report.md", markdown(report))
 
 
 def _emit(trace_path: Path, regressions: Path) -> str | None:
@@ -87,7 +92,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def _verdict(report: dict[str, Any]) -> str:
-    if report["exit_code"] == 2:
+    if report["exit_code"] == EXIT_FAILED:
         return f"failed ({len(report['crashed'])} workers crashed)"
     if report["groups"]:
         return f"{sum(g['count'] for g in report['groups'])} counterexamples, {found_line(report['groups'])}"
@@ -98,12 +103,12 @@ def _run_section(report: dict[str, Any]) -> list[str]:
     lines = [
         "## Run",
         "",
-        f"- commit {report['commit']}, seed base {report['seed_base']}, shard {report['shard']}, "
-        f"{report['workers']} workers, target {report['target']}, faults {', '.join(report['faults']) or 'none'}",
+        f"- commit {text(report['commit'])}, seed base {report['seed_base']}, shard {report['shard']}, "
+        f"{report['workers']} workers, target {text(report['target'])}, faults {_names(report['faults'])}",
         f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
         f"of {report['examples_per_unit']} test cases",
         f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
-        f"- rerun: `{report['rerun']}`",
+        f"- rerun: {code(report['rerun'])}",
         "",
         "| worker | units | steps | seconds | steps/s | CPU seconds | steps per CPU second |",
         "|---|---|---|---|---|---|---|",
@@ -114,7 +119,7 @@ def _run_section(report: dict[str, Any]) -> list[str]:
         for w in report["per_worker"]
     ]
     lines += ["", _image("steps per worker", WORKERS_PNG, report), ""]
-    lines += [f"- worker {w} crashed: {why}" for w, why in report["crashed"].items()]
+    lines += [f"- worker {w} crashed: {text(why)}" for w, why in report["crashed"].items()]
     return lines
 
 
@@ -126,16 +131,17 @@ def _findings_section(report: dict[str, Any]) -> list[str]:
         flag = "FALSE ALARM: " if g["false_alarm"] else ""
         size = f"{g['count']}x, {len(g['shapes'])} shapes, shortest {len(g['ops'])} steps"
         lines += [
-            f"### {flag}{g['kind']} {g['id']} ({size})",
+            f"### {flag}{text(g['kind'])} {text(g['id'])} ({size})",
             "",
-            f"- faults: {', '.join(g['faults']) or 'none'}; target {g['target']}",
-            f"- replay the shortest: `{g['replay']}`",
-            f"- regression test: `{g['regression']}`",
+            f"- faults: {_names(g['faults'])}; target {text(g['target'])}",
+            f"- replay the shortest: {code(g['replay'])}",
+            f"- regression test: {code(str(g['regression']))}",
             "",
             "| times | ops | replay |",
             "|---|---|---|",
             *(
-                f"| {sh['count']} | {' '.join(sh['ops'])} | `python -m fuzz replay {sh['file']}` |"
+                f"| {sh['count']} | {text(' '.join(sh['ops']))} | "
+                f"{code('python -m fuzz replay ' + shlex.quote(sh['file']), cell=True)} |"
                 for sh in g["shapes"]
             ),
             "",
@@ -147,7 +153,7 @@ def _recheck_section(report: dict[str, Any]) -> list[str]:
     if not report["rechecked"]:
         return []
     lines = ["## Counterexamples from earlier runs, re-checked", ""]
-    return [*lines, *[f"- `{r['file']}`: {r['status']}" for r in report["rechecked"]], ""]
+    return [*lines, *[f"- {code(r['file'])}: {text(r['status'])}" for r in report["rechecked"]], ""]
 
 
 def _coverage_section(report: dict[str, Any]) -> list[str]:
@@ -161,7 +167,7 @@ def _coverage_section(report: dict[str, Any]) -> list[str]:
         "| corner | first reached (s) |",
         "|---|---|",
     ]
-    return lines + [f"| {_cell(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
+    return lines + [f"| {text(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
 
 
 def _image(title: str, name: str, report: dict[str, Any]) -> str:
@@ -170,12 +176,27 @@ def _image(title: str, name: str, report: dict[str, Any]) -> str:
     return f"({title}: no plot, {report.get('plots_skipped', 'not drawn')})"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
+# The characters that can start markup inside a line (emphasis, code, links, images, HTML, entities, table cells,
+# strikethrough, math); `_` only at a word's edge (inside a word, as in `reuse_released`, it is plain text).
+_MARKUP = re.compile(r"([\\`*\[\]<>|!&~$])|((?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+def text(value: str) -> str:
+    """`value` as Markdown text, rendered as written: one line, every markup character escaped (no emphasis,
+    link, HTML or table cell can start inside it)."""
+    return _MARKUP.sub(lambda m: "\\" + m.group(0), one_line(value, limit=2000))
+
+
+def code(value: str, cell: bool = False) -> str:
+    """`value` as a Markdown code span on one line, fenced by more backticks than any run inside it; in a table
+    `cell`, its pipes are escaped (GitHub splits cells on them even inside a span, and unescapes them there)."""
+    flat = one_line(value, limit=2000)
+    if cell:
+        flat = flat.replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat[:1] in ("`", " ") or flat[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+def _names(names: list[str]) -> str:
+    return text(", ".join(names)) if names else "none"

@@ -15,7 +15,6 @@ this file (it lives outside `tests/`).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,13 @@ import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
 from fuzz.campaign import STEPS_PER_CASE, campaign_database, configurations
+from fuzz.environment import env_count, env_folder
 from fuzz.machine import SWARMS, Recorder, build_machine
 from fuzz.profiles import POOLS, Profile
 
-DATABASE = Path(os.environ.get("KVLIFE_CAMPAIGN_DB", ".hypothesis/campaign"))
-EXAMPLES = int(os.environ.get("KVLIFE_HYPOFUZZ_EXAMPLES", "20"))
+# Checked like flags (`fuzz.environment`): a bad value stops collection with one line naming the variable.
+DATABASE = env_folder("KVLIFE_CAMPAIGN_DB", Path(".hypothesis/campaign"))
+EXAMPLES = env_count("KVLIFE_HYPOFUZZ_EXAMPLES", 20, 1_000_000)
 
 
 def target(pool: str, swarm: str) -> Any:

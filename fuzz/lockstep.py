@@ -28,7 +28,7 @@ Call = Callable[[Target, dict[str, int]], Any]
 
 # How each op reaches the target.
 _CALLS: dict[str, Call] = {
-    "admit": lambda t, a: t.admit(a["req"], a["n"], prompt_len=a["prompt"], family=a["family"]),
+    "admit": lambda t, a: t.admit(a["req"], a["n"], prompt_len=a["prompt"], family=a["family"], kind=a.get("kind", 0)),
     "extend": lambda t, a: t.extend(a["req"], a["n"]),
     "decode": lambda t, a: t.decode(a["req"]),
     "spec_prepare": lambda t, a: t.spec_prepare(a["req"], a["reserve"]),

@@ -27,7 +27,14 @@ from fuzz.targets import target_ops
 from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
-from properties.vocabulary import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
+from properties.vocabulary import (
+    KIND_NORMAL,
+    KIND_SKIP_INSERT,
+    STATUS_DECODE,
+    STATUS_DONE,
+    STATUS_PREFILL,
+    STATUS_WAITING,
+)
 
 PREFILL = frozenset({STATUS_PREFILL})
 DECODING = frozenset({STATUS_DECODE})
@@ -37,6 +44,8 @@ READMITTABLE = frozenset({STATUS_DONE, STATUS_WAITING})
 WAITING = frozenset({STATUS_WAITING})
 FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
 PICK = st.integers(0, 15)  # which of the requests in the right status a step acts on
+# Mostly normal requests; one in four is barred from the tree (it shrinks towards normal).
+KINDS = st.sampled_from([KIND_NORMAL, KIND_NORMAL, KIND_NORMAL, KIND_SKIP_INSERT])
 
 # Named rule groups (`--swarm`): beyond Hypothesis's own random rule subsets, each leaves out whole flows so the
 # rest are exercised harder. None is every rule.
@@ -179,9 +188,9 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             return bool(self._ids(READMITTABLE))
 
         @precondition(lambda self: allowed("admit"))
-        @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1))
-        def admit(self, prompt: int, n: int, family: int) -> None:
-            self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family})
+        @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1), kind=KINDS)
+        def admit(self, prompt: int, n: int, family: int, kind: int) -> None:
+            self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family, "kind": kind})
 
         @precondition(lambda self: allowed("pd_prealloc"))
         @rule(fill=lengths)

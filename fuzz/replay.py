@@ -2,17 +2,22 @@
 
 Exit status: 1 the trace fails on the pool (the recorded failure or, printed as such, another one);
 0 every step passes; 2 the file is not a valid trace, names a pool this build cannot make, or has a step the
-target does not implement. `--target` replays it on another target than the one it recorded.
+target does not implement; 70 kvlife itself failed (`fuzz.exits`). `--target` replays it on another target than
+the one it recorded. Only the pool's own calls can fail a step as a finding (a `crash` failure); an exception
+anywhere else is a bug of kvlife and propagates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fuzz.lockstep import Lockstep
-from fuzz.targets import retarget
-from model.trace import Failure, Step, Trace, TraceError, load
+from fuzz.targets import POOL_KEYS, retarget
+from impl.target import PoolConfig
+from model.trace import Failure, Step, Trace, TraceError, load, show
 from properties.abstraction import observe
 
 
@@ -27,8 +32,16 @@ class ReplayResult:
 
 
 def load_trace(path: Path, faults: list[str] | None, target: str | None = None) -> Trace:
-    """Load and validate; `faults` and `target` (when given) replace the ones recorded in the file."""
-    trace = load(path)
+    """Load and validate (`model.trace.load`, then `prepare`)."""
+    return prepare(load(path), faults, target)
+
+
+def prepare(trace: Trace, faults: list[str] | None, target: str | None = None) -> Trace:
+    """The trace as replay runs it: refused (`TraceError`) if its config names a key the pool would not see;
+    `faults` and `target` (when given) replace the ones recorded in the file."""
+    problem = unpassed_key(trace.config)
+    if problem:
+        raise TraceError(problem)
     config = dict(trace.config)
     if faults is not None:
         config["faults"] = faults
@@ -37,8 +50,26 @@ def load_trace(path: Path, faults: list[str] | None, target: str | None = None) 
     return Trace(config, trace.seed, trace.steps, trace.failure, trace.meta)
 
 
+# What the lockstep passes to the pool; any other config key must hold PoolConfig's default, or the replay
+# would silently run a different pool than the file describes.
+_PASSED = frozenset(POOL_KEYS) | {"target", "faults"}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PoolConfig)}
+
+
+def unpassed_key(config: dict[str, Any]) -> str | None:
+    """Why the config cannot be replayed as written (a key the pool would not see), or None."""
+    for key, value in config.items():
+        if key not in _PASSED and value != _DEFAULTS.get(key, value):
+            passed = ", ".join(sorted(_PASSED))
+            return f"config.{key} = {show(value)} is not passed to the pool by this kvlife (it passes {passed})"
+    return None
+
+
 def replay(trace: Trace, verbose: bool = False) -> ReplayResult:
     """Replay step by step, stopping at the first failure."""
+    problem = unpassed_key(trace.config)
+    if problem:
+        raise TraceError(problem)
     try:
         lock = Lockstep(trace.config)
     except ValueError as exc:

@@ -8,7 +8,8 @@ on its versions and pass on the others); and a differential run of the same trac
 upstream, whose first observable difference per trace becomes a table row with a replay file.
 
 Exit status: 0 everything matches the findings; 1 something does not (each on its own line, `MISMATCH`);
-2 sglang is not installed here, or the findings file is not valid.
+2 sglang is not installed here, or the findings file is not valid (`load_findings`: one line naming the field);
+70 kvlife itself failed.
 """
 
 from __future__ import annotations
@@ -27,11 +28,26 @@ from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import replay
 from fuzz.run import run
 from fuzz.targets import installed_sglang, retarget, target_ops, target_problem
-from model.trace import Failure, Step, Trace, TraceError, dump, load
+from model.trace import (
+    NAME,
+    Failure,
+    Rule,
+    Step,
+    Trace,
+    TraceError,
+    dump,
+    load,
+    one_line,
+    one_of,
+    parse_json,
+    read_bounded,
+    show,
+    step_schema,
+)
 from properties.abstraction import observe
 
 TRIAGE = ("upstream-bug", "model-wrong", "contract-difference")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1]  # a finding's replay file must stay inside it
 STEPS_PER_RANDOM_TRACE = 30
 MIN_STEPS = 10_000  # lockstep steps per pool shape, unless `--cases` bounds the run
 WHAT_CHARS = 160  # of a differential row's description in the printed table; its replay file's meta has it whole
@@ -39,6 +55,9 @@ WHAT_CHARS = 160  # of a differential row's description in the printed table; it
 
 class FindingsError(ValueError):
     """The findings file is not valid; the message says why, on one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 @dataclass(frozen=True)
@@ -83,37 +102,94 @@ class Report:
 # -- the findings manifest -------------------------------------------------------------------------------
 
 
+MAX_FINDINGS_BYTES = 1 << 20
+MAX_FINDINGS = 1000
+MAX_PROSE_CHARS = 4096
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and len(value) <= 100 and all(NAME.ok(v) for v in value)
+
+
+def _expect(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"kind", "id"} and all(NAME.ok(v) for v in value.values())
+
+
+PROSE = Rule(
+    f"a string of at most {MAX_PROSE_CHARS} characters", lambda v: isinstance(v, str) and len(v) <= MAX_PROSE_CHARS
+)
+# Each key of a findings entry: its rule, and its value when absent (None: required).
+FINDING_FIELDS: dict[str, tuple[Rule, Any]] = {
+    "id": (NAME, None),
+    "versions": (Rule("a list of version strings", _names), None),
+    "triage": (one_of(*TRIAGE), None),
+    "upstream": (PROSE, None),
+    "summary": (PROSE, None),
+    "replay": (NAME, None),
+    "expect": (Rule('{"kind": NAME, "id": NAME}', _expect), None),
+    "fuzz_exclude": (Rule("a list of op names", _names), []),
+}
+FINDING_KEYS = tuple(FINDING_FIELDS)
+
+
 def load_findings(path: Path) -> list[Finding]:
-    """Read and check the manifest; raises `FindingsError` with a one-line reason."""
+    """Read and check the manifest with the trace loader's discipline (bounded read, strict JSON, every field's
+    type; each replay file inside the repository and a valid trace); raises `FindingsError` with a one-line reason."""
     try:
-        doc = json.loads(path.read_text())
-        entries = doc["findings"]
-        assert isinstance(entries, list)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as exc:
-        raise FindingsError(f"cannot read findings {path}: {exc}") from None
-    return [_finding(entry) for entry in entries]
+        doc = parse_json(read_bounded(path, MAX_FINDINGS_BYTES))
+    except TraceError as exc:
+        raise FindingsError(f"cannot read findings {one_line(str(path))}: {exc}") from None
+    entries = doc.get("findings") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or len(entries) > MAX_FINDINGS:
+        raise FindingsError(f"findings {one_line(str(path))}: `findings` must be a list of at most {MAX_FINDINGS}")
+    extra = [key for key in doc if key not in ("about", "findings")]
+    if extra:
+        raise FindingsError(f"findings {one_line(str(path))}: unexpected key {show(extra[0])} (known: about, findings)")
+    return [_finding(index, entry) for index, entry in enumerate(entries)]
 
 
-def _finding(entry: Any) -> Finding:
+def _finding(index: int, entry: Any) -> Finding:
+    if not isinstance(entry, dict):
+        raise FindingsError(f"finding {index} must be an object, got {show(entry)}")
+    where = f"finding {show(entry.get('id'))}"
+    extra = [key for key in entry if key not in FINDING_KEYS]
+    if extra:
+        raise FindingsError(f"{where}: unexpected key {show(extra[0])} (known: {', '.join(FINDING_KEYS)})")
+    for key, (rule, default) in FINDING_FIELDS.items():
+        value = entry.get(key, default)
+        if not rule.ok(value):
+            raise FindingsError(f"{where} lacks or mistypes {key}: {key} must be {rule.what}, got {show(value)}")
+    where = f"finding {entry['id']}"
+    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()):
+        raise FindingsError(f"{where}: fuzz_exclude names an op kvlife does not have: {show(entry['fuzz_exclude'])}")
+    return Finding(
+        id=entry["id"],
+        versions=tuple(entry["versions"]),
+        triage=entry["triage"],
+        upstream=entry["upstream"],
+        summary=entry["summary"],
+        replay=_replay_file(where, entry["replay"]),
+        expect_kind=entry["expect"]["kind"],
+        expect_id=entry["expect"]["id"],
+        fuzz_exclude=frozenset(entry.get("fuzz_exclude", [])),
+    )
+
+
+def _replay_file(where: str, replay_path: Any) -> Path:
+    """A finding's replay file: a relative path that stays inside the repository (links resolved), holding a
+    valid trace."""
+    if Path(replay_path).is_absolute():
+        raise FindingsError(f"{where}: replay must be a path relative to the repository, got {show(replay_path)}")
+    path = (ROOT / replay_path).resolve()
+    if not path.is_relative_to(ROOT):
+        raise FindingsError(f"{where}: replay file {show(replay_path)} is outside the repository")
+    if not path.is_file():
+        raise FindingsError(f"{where}: replay file {one_line(str(path))} does not exist")
     try:
-        finding = Finding(
-            id=str(entry["id"]),
-            versions=tuple(entry["versions"]),
-            triage=entry["triage"],
-            upstream=str(entry["upstream"]),
-            summary=str(entry["summary"]),
-            replay=ROOT / entry["replay"],
-            expect_kind=str(entry["expect"]["kind"]),
-            expect_id=str(entry["expect"]["id"]),
-            fuzz_exclude=frozenset(entry.get("fuzz_exclude", [])),
-        )
-    except (KeyError, TypeError) as exc:
-        raise FindingsError(f"finding {entry!r:.60} lacks or mistypes {exc}") from None
-    if finding.triage not in TRIAGE:
-        raise FindingsError(f"finding {finding.id}: triage must be one of {', '.join(TRIAGE)}, got {finding.triage!r}")
-    if not finding.replay.is_file():
-        raise FindingsError(f"finding {finding.id}: replay file {finding.replay} does not exist")
-    return finding
+        load(path)
+    except TraceError as exc:
+        raise FindingsError(f"{where}: replay file {show(replay_path)} is not a valid trace: {exc}") from None
+    return path
 
 
 def known(findings: list[Finding], failure: Failure | None, version: str) -> Finding | None:

@@ -44,7 +44,7 @@ from impl.release import (
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
-from properties.vocabulary import ceil_align
+from properties.vocabulary import KIND_NORMAL, ceil_align
 
 T = TypeVar("T")
 
@@ -94,17 +94,17 @@ class ReferencePool(SchedulerGlue[Req]):
 
     # -- prefill ---------------------------------------------------------------------------------------------
 
-    def admit(self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0) -> int:
+    def admit(
+        self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0, kind: int = KIND_NORMAL
+    ) -> int:
         """A new request's first extend: prefix match (radix), a fresh row, slots for up to `extend_len` tokens.
 
         With `prompt_len` the prompt is that many tokens of `family` and the extend stops at its end; without,
-        it is open-ended and exactly `extend_len` tokens are computed.
+        it is open-ended and exactly `extend_len` tokens are computed. `kind` is the request's kind (`KIND_*`).
         """
-        if rid in self.reqs:
-            raise Refused(f"request {rid} already exists")
-        if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
-            raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
+        self._check_admission(rid, prompt_len, kind)
         req = self._new_entry(rid, prompt_len, family)
+        req.kind = kind
         row = self._extend(req, extend_len)
         self.reqs[rid] = req
         return row

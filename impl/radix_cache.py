@@ -203,6 +203,9 @@ class RadixCache(RowRelease):
         kv, held = req.kv, self._held_node(req)
         seq_len = req.extend_range_end
         assert seq_len == kv.kv_committed_len, f"extend end {seq_len} != committed {kv.kv_committed_len}"
+        if req.skip_radix_cache_insert:  # barred from the tree: the next chunk reads its own slots
+            req.prefix_indices = self.row_slots(req, 0, seq_len).clone()
+            return
         aligned_len = seq_len - seq_len % self.page_size
         slots = self.row_slots(req, 0, seq_len)
         token_ids = self._token_ids(req, aligned_len)

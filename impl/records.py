@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
+
 # Row widths are at most 2^20 tokens (PoolConfig), so a position fits below this bit.
 POSITION_BITS = 20
 
@@ -79,6 +81,12 @@ class Req:
     status: ReqStatus = ReqStatus.WAITING
     prompt_len: int | None = None
     family: int = 0
+    kind: int = KIND_NORMAL
+
+    @property
+    def skip_radix_cache_insert(self) -> bool:
+        """Barred from the tree (PD bootstrap warm-ups, positional-embed overrides): it matches, never inserts."""
+        return self.kind == KIND_SKIP_INSERT
 
     def __deepcopy__(self, memo: dict[int, object]) -> Req:
         """As `copy.deepcopy` would, without a call per token id: `fill_ids` holds ints, so a list copy is deep."""

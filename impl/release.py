@@ -30,6 +30,7 @@ def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, specu
     )
     if cache.faults.on("release_len_from_token_counts"):
         committed_len = _len_from_token_counts(req, cache, committed_len)
+    is_insert = is_insert and not req.skip_radix_cache_insert
     cache.cache_finished_req(req, is_insert=is_insert, kv_len_to_handle=committed_len)
     _require((not kv.holds_kv) == kv.is_kv_released, f"request {req.rid}: the cache detached the row unreleased")
     pool = cache.req_to_token_pool

@@ -15,7 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from impl.records import ReqStatus
 from impl.target import PoolConfig, RecordView, Refused
-from properties.vocabulary import num_new_pages
+from properties.vocabulary import KIND_NAMES, num_new_pages
 
 
 class Entry(Protocol):
@@ -127,6 +127,16 @@ class SchedulerGlue(ABC, Generic[E]):
         if view.committed_len + 1 > self.config.width:
             raise Refused(f"request {rid} would decode past the row width {self.config.width}")
         return entry, view
+
+    def _check_admission(self, rid: int, prompt_len: int | None, kind: int) -> None:
+        """What the tokenizer and the scheduler's queue guarantee a new request: a new id, a prompt that fits a
+        row, a known kind."""
+        if rid in self.reqs:
+            raise Refused(f"request {rid} already exists")
+        if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
+            raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
+        if kind not in KIND_NAMES:
+            raise Refused(f"kind must be one of {sorted(KIND_NAMES)} ({', '.join(KIND_NAMES.values())}), got {kind}")
 
     def _busy(self) -> list[int]:
         """Requests that keep the scheduler from being idle (`is_fully_idle`): not finished, or holding a row."""

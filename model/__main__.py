@@ -2,7 +2,7 @@
 
 Exit status: 0 every outcome and assumption matches the manifest; 1 some differ (an `unknown` always differs),
 or the manifest and the theorems in code are not one set (checked under `--only` too); 2 bad usage or an
-unreadable manifest.
+unreadable manifest; 70 kvlife itself failed (`model.exits`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from model import manifest
+from model.exits import internal_error
 from model.manifest import MANIFEST, Row
 from model.prove import SOLVER_TIMEOUT_MS, Result
 from model.theorems import THEOREMS, Theorem, trace_config
@@ -21,6 +22,13 @@ from model.trace import Failure, Trace, dump
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _prove(args)
+    except Exception as exc:
+        return internal_error("model prove", exc)
+
+
+def _prove(args: argparse.Namespace) -> int:
     try:
         rows = manifest.load(args.manifest)
     except ValueError as exc:

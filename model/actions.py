@@ -115,6 +115,7 @@ OBSERVED = frozenset({"prefix", "evictable"})
 # Arguments a trace may leave out, with what they then are: a normal request, on a pool that neither could
 # nor did evict on demand.
 ARG_DEFAULTS = {"kind": 0, "evictable": 0, "evicted": 0}
+OPTIONAL_ARGS = OBSERVED | frozenset(ARG_DEFAULTS)
 
 
 def _room(o: Any, p: Sizes, s: State, a: Args) -> State:

@@ -123,9 +123,16 @@ class Dialect(abc.ABC):
         """What `prepare_abort` leaves on an aborted request (its finish reason)."""
         req.finished_reason = self.schedule_batch.FINISH_ABORT("Aborted")
 
-    def new_req(self, rid: int, max_new_tokens: int) -> Any:
+    def new_req(self, rid: int, max_new_tokens: int, skip_insert: bool = False) -> Any:
+        """A `Req`; with `skip_insert` a PD bootstrap warm-up, which `Req.__init__` bars from the tree
+        (`skip_radix_cache_insert`)."""
+        from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
+
         params = self.sampling_params(max_new_tokens=max_new_tokens)
-        return self.schedule_batch.Req(str(rid), "", array("q"), params)
+        host = {"bootstrap_host": FAKE_BOOTSTRAP_HOST} if skip_insert else {}
+        req = self.schedule_batch.Req(str(rid), "", array("q"), params, **host)
+        assert req.skip_radix_cache_insert == skip_insert, "Req did not take the skip-insert kind"
+        return req
 
     def new_batch(self, req: Any, pool: Any, allocator: Any, cache: Any) -> Any:
         """`ScheduleBatch.init_new` for one request; the model config is a stand-in (see `_model_config`)."""

@@ -23,6 +23,7 @@ from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
+from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
 # The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
 # naive torch path or its Triton kernels (interpreted on CPU). The reference's pure-Python oracle has no
@@ -116,16 +117,17 @@ class SglangPool(SchedulerGlue[_Request]):
     # -- prefill ---------------------------------------------------------------------------------------------
 
     @_logged
-    def admit(self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0) -> int:
-        """A new request's first extend; with `prompt_len` the whole prompt is known and the extend stops at it."""
-        if rid in self.reqs:
-            raise Refused(f"request {rid} already exists")
-        if prompt_len is not None and not 1 <= prompt_len <= self.config.width:
-            raise Refused(f"prompt length {prompt_len} is not in [1, row width {self.config.width}]")
+    def admit(
+        self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0, kind: int = KIND_NORMAL
+    ) -> int:
+        """A new request's first extend; with `prompt_len` the whole prompt is known and the extend stops at it.
+        A skip-insert `kind` is a request sglang bars from the tree: a PD bootstrap warm-up
+        (`bootstrap_host=FAKE_BOOTSTRAP_HOST`, which sets `Req.skip_radix_cache_insert`)."""
+        self._check_admission(rid, prompt_len, kind)
         if prompt_len is None and self.config.cache == "radix":
             # Upstream matches the tokens a request has; an open-ended prompt has them only once extended.
             raise Refused("an open-ended prompt cannot be admitted to the radix tree")
-        entry = self._new_entry(rid, prompt_len, family)
+        entry = self._new_entry(rid, prompt_len, family, kind)
         row = self._extend(entry, extend_len, rid)
         self.reqs[rid] = entry
         return row
@@ -339,11 +341,12 @@ class SglangPool(SchedulerGlue[_Request]):
     def _evictable_slot_count(self) -> int:
         return int(self.cache.evictable_size())
 
-    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> _Request:
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int, kind: int = KIND_NORMAL) -> _Request:
         """An upstream `Req` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
         if family < 0:
             raise Refused(f"family must be non-negative, got {family}")
-        entry = _Request(self.dialect.new_req(rid, max_new_tokens=self.config.width), prompt_len, family)
+        req = self.dialect.new_req(rid, max_new_tokens=self.config.width, skip_insert=kind == KIND_SKIP_INSERT)
+        entry = _Request(req, prompt_len, family)
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
         return entry
 
