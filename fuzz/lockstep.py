@@ -21,8 +21,8 @@ from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.eviction import check_evictions
 from properties.invariants import check_snapshot
+from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
 from properties.vocabulary import LIVE_STATUSES as LIVE
-from properties.vocabulary import STATUS_DECODE
 
 Call = Callable[[Target, dict[str, int]], Any]
 
@@ -31,6 +31,7 @@ _CALLS: dict[str, Call] = {
     "admit": lambda t, a: t.admit(a["req"], a["n"], prompt_len=a["prompt"], family=a["family"], kind=a.get("kind", 0)),
     "extend": lambda t, a: t.extend(a["req"], a["n"]),
     "decode": lambda t, a: t.decode(a["req"]),
+    "batch": lambda t, a: t.batch(batch_entries(a)),
     "spec_prepare": lambda t, a: t.spec_prepare(a["req"], a["reserve"]),
     "spec_commit": lambda t, a: t.spec_commit(a["req"], a["accepted"]),
     "finish": lambda t, a: t.finish(a["req"]),
@@ -47,6 +48,21 @@ _CALLS: dict[str, Call] = {
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
 OPS = frozenset(_CALLS) | {DIFFERENTIAL}
+# What each batch entry's op passes to the target.
+_ENTRY_FIELDS = {"admit": ("req", "n", "prompt", "family", "kind"), "extend": ("req", "n"), "decode": ("req",)}
+
+
+def batch_entries(a: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """A batch step's entries as the target takes them, in slot order. An unknown op code or a size out of range
+    is passed on as it is (one entry past `MAX_BATCH` at most), for the target to refuse."""
+    found = []
+    for i in range(min(a["size"], MAX_BATCH + 1)):
+        code = a.get(f"op{i}", 0)
+        op = BATCH_OPS[code] if 0 <= code < len(BATCH_OPS) else f"op code {code}"
+        found.append((op, {f: a.get(f"{f}{i}", 0) for f in _ENTRY_FIELDS.get(op, ("req",))}))
+    return found
+
+
 # Calls the scheduler makes on whatever its batches still list, filtering by status before the pool sees them
 # (preemption skips requests that finished this round, #18694): the filter must refuse them, not a pool assert.
 SCHEDULER_FILTERED = frozenset({"retract"})
@@ -183,22 +199,29 @@ class Lockstep:
         """What the model reads off the target before the call (`model.actions.OBSERVED`): the prefix the tree
         holds for an admission (the record's own P when reused), and what an allocation could evict."""
         observed = {}
-        if op == "admit":
-            observed["prefix"] = self.target.peek_prefix(inputs["family"], inputs["prompt"])
-        elif op == "extend":
-            record = self.snap.records.get(inputs["req"])
-            if record is not None and record.row is not None:
-                observed["prefix"] = record.protected_len
-            else:
-                known = record is not None
-                observed["prefix"] = self.target.peek_prefix_of(inputs["req"], inputs["n"]) if known else 0
+        if op in ("admit", "extend"):
+            observed["prefix"] = self._prefix_of(op, inputs)
+        elif op == "batch":
+            for i, (entry_op, args) in enumerate(batch_entries(inputs)):
+                if entry_op in ("admit", "extend"):
+                    observed[f"prefix{i}"] = self._prefix_of(entry_op, args)
         if self.config.get("evict_on_demand") and "evictable" in dict(self.model.action(op).params):
             observed["evictable"] = self._evictable(op, inputs)
         return observed
 
+    def _prefix_of(self, op: str, inputs: dict[str, int]) -> int:
+        if op == "admit":
+            return self.target.peek_prefix(inputs["family"], inputs["prompt"])
+        record = self.snap.records.get(inputs["req"])
+        if record is not None and record.row is not None:
+            return record.protected_len
+        return self.target.peek_prefix_of(inputs["req"], inputs["n"]) if record is not None else 0
+
     def _evictable(self, op: str, inputs: dict[str, int]) -> int:
         """What the call could evict on demand: after its own match's lock for an extend, else the whole
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
+        if op == "batch":
+            return self.target.peek_batch_evictable(batch_entries(inputs))
         rid = inputs["req"]
         if op == "admit":
             return self.target.peek_evictable(rid, inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"])
@@ -223,6 +246,8 @@ class Lockstep:
         evicted = sum(freed for _, freed in evictions)
         if "row" in action.choice:
             choice["row"] = result
+        if op == "batch":
+            choice.update((f"row{i}", row) for i, row in enumerate(result))
         if "freed" in action.choice:
             choice["freed"] = result
         if "evicted" in action.choice and self.config.get("evict_on_demand"):
@@ -238,10 +263,22 @@ class Lockstep:
             return 0
         gained = _tree_size(after) - _tree_size(before) + evicted
         page = self.config.get("page_size", 1)
+        if op == "batch":  # only the total is observable: what each insert locked after it, less the growth
+            return sum(after.records[rid].protected_len for rid in self._inserting(args)) - gained
         if op in ("admit", "extend"):
             return after.records[args["req"]].protected_len - gained
         record = before.records[args["req"]]
         return record.committed_len // page * page - gained
+
+    def _inserting(self, args: dict[str, int]) -> list[int]:
+        """The batch's prefill entries whose stash inserts into the tree (not a skip-insert kind)."""
+        kinds = self.model.state.rec_kind
+        rids = []
+        for op, entry in batch_entries(args):
+            kind = entry.get("kind", 0) if op == "admit" else kinds.get(entry["req"])
+            if op in ("admit", "extend") and kind != KIND_SKIP_INSERT:
+                rids.append(entry["req"])
+        return rids
 
     def _refused(
         self, index: int, op: str, args: dict[str, int], legal: bool, reason: str, before: PoolSnapshot
@@ -291,6 +328,10 @@ class Lockstep:
         self.model.step(op, args)
         if "row" in args and op in ("admit", "extend", "pd_prealloc"):
             self.last_row[args["req"]] = args["row"]
+        if op == "batch":
+            for i, (entry_op, entry) in enumerate(batch_entries(args)):
+                if entry_op in ("admit", "extend"):
+                    self.last_row[entry["req"]] = args[f"row{i}"]
         return None
 
     def _judge_evictions(self, index: int, before: PoolSnapshot, evictions: list[tuple[int, int]]) -> Failure | None:
@@ -354,6 +395,9 @@ def step_corners(
 ) -> list[str]:
     """Which lifecycle corners an accepted step reached (for the coverage table)."""
     corners = [f"{op}: done"]
+    if op == "batch":
+        ops = sorted({entry_op for entry_op, _ in batch_entries(args)})
+        corners.append(f"batch: {args['size']} entries ({', '.join(ops)})")
     record, previous = after.records.get(args.get("req", -1)), before.records.get(args.get("req", -1))
     if args.get("prefix", 0) > 0:
         corners.append(f"{op}: prefix matched in the tree")

@@ -30,6 +30,7 @@ from model.trace import Failure
 from properties.vocabulary import (
     KIND_NORMAL,
     KIND_SKIP_INSERT,
+    MAX_BATCH,
     STATUS_DECODE,
     STATUS_DONE,
     STATUS_PREFILL,
@@ -52,7 +53,17 @@ KINDS = st.sampled_from([KIND_NORMAL, KIND_NORMAL, KIND_NORMAL, KIND_SKIP_INSERT
 SWARMS: dict[str, frozenset[str] | None] = {
     "all": None,
     "chunked-heavy": frozenset(
-        {"admit", "extend", "readmit", "release", "differential", "reuse_released", "release_released", "flush"}
+        {
+            "admit",
+            "batch",
+            "extend",
+            "readmit",
+            "release",
+            "differential",
+            "reuse_released",
+            "release_released",
+            "flush",
+        }
     ),
     "abort-heavy": frozenset(
         {
@@ -68,7 +79,7 @@ SWARMS: dict[str, frozenset[str] | None] = {
         }
     ),
     "exhaustion": frozenset(
-        {"admit", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release", "offload_release"}
+        {"admit", "batch", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release", "offload_release"}
     ),
     "speculative": frozenset(
         {
@@ -83,7 +94,7 @@ SWARMS: dict[str, frozenset[str] | None] = {
         }
     ),
     "radix-sharing": frozenset(
-        {"admit", "extend", "readmit", "evict", "release", "flush", "differential", "pp_release_manual"}
+        {"admit", "batch", "extend", "readmit", "evict", "release", "flush", "differential", "pp_release_manual"}
     ),
 }
 
@@ -110,6 +121,10 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     """A state machine class bound to `recorder` (Hypothesis instantiates it once per test case)."""
     width = recorder.config["width"]
     lengths = st.integers(min_value=1, max_value=width)
+    # A batch entry: what it is (0 a new admission, 1 the next chunk, 2 a re-admission, 3 a decode), which request
+    # of that status, its extend length, and a new admission's prompt, family and kind.
+    entry = st.tuples(st.integers(0, 3), PICK, lengths, lengths, st.integers(0, FAMILIES - 1), KINDS)
+    batch_entries = st.lists(entry, min_size=1, max_size=MAX_BATCH)
     radix = recorder.config.get("cache") == "radix"
     speculative = bool(recorder.config.get("speculative"))
     rules = SWARMS[recorder.swarm]
@@ -191,6 +206,33 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1), kind=KINDS)
         def admit(self, prompt: int, n: int, family: int, kind: int) -> None:
             self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family, "kind": kind})
+
+        @precondition(lambda self: allowed("batch"))
+        @rule(drawn=batch_entries)
+        def batch(self, drawn: list[tuple[int, int, int, int, int, int]]) -> None:
+            args = self._batch_args(drawn)
+            if args is not None:
+                self._do("batch", args)
+
+        def _batch_args(self, drawn: list[tuple[int, int, int, int, int, int]]) -> dict[str, int] | None:
+            """The drawn entries that can be filled, each a different request: a new admission, the next chunk of
+            one in prefill, a re-admission, or a decode (a mixed batch when prefill and decode meet)."""
+            args: dict[str, int] = {}
+            used: set[int] = set()
+            for kind_of_entry, pick, n, prompt, family, kind in drawn:
+                if kind_of_entry == 0:
+                    entry = {"op": 0, "req": self._new_rid(), "n": n, "prompt": prompt, "family": family, "kind": kind}
+                else:
+                    statuses = (PREFILL, READMITTABLE, DECODING)[kind_of_entry - 1]
+                    ids = [r for r in self._ids(statuses) if r not in used]
+                    if not ids:
+                        continue
+                    op = 2 if kind_of_entry == 3 else 1
+                    entry = {"op": op, "req": ids[pick % len(ids)], "n": n}
+                slot = len(used)
+                used.add(entry["req"])
+                args.update({f"{name}{slot}": value for name, value in entry.items()})
+            return {"size": len(used), **args} if used else None
 
         @precondition(lambda self: allowed("pd_prealloc"))
         @rule(fill=lengths)

@@ -1,5 +1,6 @@
-"""Allocation for one request, as SGLang's `mem_cache/allocation.py` does it for a batch: evict the tree's
-shortfall, take slots (whole pages when paged), write them into the request's row, set the record's lengths.
+"""Allocation for a batch of requests, as SGLang's `mem_cache/allocation.py` does it: evict the tree's
+shortfall, take every request's slots at once (whole pages when paged), write them into each row, set the
+records' lengths.
 
 Callers check capacity first (the scheduler's admission and decode budgets), so an allocation that comes
 back empty means a wrong budget and fails loudly, as upstream's "out of memory" RuntimeError does.
@@ -37,45 +38,52 @@ def evict_from_tree_cache(pools: Pools, num_tokens: int) -> None:
         pools.evictions.append((shortfall, pools.cache.evict(shortfall)))
 
 
-def alloc_for_extend(pools: Pools, req: Req, seq_len: int) -> int:
-    """`alloc_for_extend`: the row (kept, or a fresh one), the prefix into it, new slots up to `seq_len`.
+def alloc_for_extend(pools: Pools, reqs: list[Req], seq_lens: list[int]) -> list[int]:
+    """`alloc_for_extend` for a batch: every request's row (kept, or a fresh one), then the slots of all their new
+    positions in one allocation, each request's prefix and slots into its row, the record's lengths.
 
-    The row comes first, as upstream: its reuse assert refuses a stale record before any slot moves.
+    The rows come first, as upstream: the reuse assert refuses a stale record before any slot moves.
     """
     pool = pools.cache.req_to_token_pool
-    rows = pool.alloc([req])
-    assert rows is not None, "a free row was checked for before the row allocation"
-    row, prefix = rows[0], req.prefix_indices
-    prefix_len = prefix.numel()
-    out = _alloc_slots(pools, prefix_len, seq_len, int(prefix[-1]) if prefix_len else -1)
-    pool.write(row, 0, prefix)
-    pool.write(row, prefix_len, out)
-    req.kv.kv_allocated_len = req.kv.kv_committed_len = seq_len
-    return row
+    rows = pool.alloc(reqs)
+    assert rows is not None, "free rows were checked for before the row allocation"
+    prefixes = [req.prefix_indices for req in reqs]
+    starts = [prefix.numel() for prefix in prefixes]
+    last_locs = [int(prefix[-1]) if prefix.numel() else -1 for prefix in prefixes]
+    out = _alloc_slots(pools, starts, seq_lens, last_locs)
+    offset = 0
+    for req, row, prefix, start, seq_len in zip(reqs, rows, prefixes, starts, seq_lens, strict=True):
+        pool.write(row, 0, prefix)
+        pool.write(row, start, out[offset : offset + seq_len - start])
+        offset += seq_len - start
+        req.kv.kv_allocated_len = req.kv.kv_committed_len = seq_len
+    return rows
 
 
-def alloc_for_decode(pools: Pools, req: Req) -> None:
-    """`alloc_for_decode` with one token: a slot for position `kv_committed_len` (a new page when it starts one)."""
-    kv, allocator, pool = req.kv, pools.allocator, pools.cache.req_to_token_pool
-    row, seq_len = _row(req), kv.kv_committed_len
+def alloc_for_decode(pools: Pools, reqs: list[Req]) -> None:
+    """`alloc_for_decode` with one token per request: a slot for each position `kv_committed_len` (a new page
+    where it starts one), in one allocation for the batch."""
+    allocator, pool = pools.allocator, pools.cache.req_to_token_pool
+    rows, seq_lens = [_row(req) for req in reqs], [req.kv.kv_committed_len for req in reqs]
     if isinstance(allocator, PagedTokenToKVPoolAllocator):
-        evict_from_tree_cache(pools, allocator.page_size)  # upstream over-estimates a page per request
-        last_loc = int(pool.req_to_token[row, seq_len - 1])
-        out = allocator.alloc_decode(_one(allocator, seq_len + 1), _one(allocator, last_loc))
+        evict_from_tree_cache(pools, len(reqs) * allocator.page_size)  # upstream over-estimates a page per request
+        last_locs = [int(pool.req_to_token[row, seq_len - 1]) for row, seq_len in zip(rows, seq_lens, strict=True)]
+        out = allocator.alloc_decode(_ints(allocator, [n + 1 for n in seq_lens]), _ints(allocator, last_locs))
     else:
-        evict_from_tree_cache(pools, 1)
-        out = allocator.alloc(1)
+        evict_from_tree_cache(pools, len(reqs))
+        out = allocator.alloc(len(reqs))
     assert out is not None, "decode out of memory: the decode budget was checked before"
-    pool.write(row, seq_len, out)
-    kv.kv_allocated_len += 1
-    kv.kv_committed_len += 1
+    for k, (req, row, seq_len) in enumerate(zip(reqs, rows, seq_lens, strict=True)):
+        pool.write(row, seq_len, out[k : k + 1])
+        req.kv.kv_allocated_len += 1
+        req.kv.kv_committed_len += 1
 
 
 def alloc_for_spec_decode(pools: Pools, req: Req, next_len: int) -> None:
     """`alloc_for_spec_decode`: slots for `[kv_allocated_len, next_len)`, the draft tokens' room."""
     kv, pool = req.kv, pools.cache.req_to_token_pool
     row, cur = _row(req), kv.kv_allocated_len
-    out = _alloc_slots(pools, cur, next_len, int(pool.req_to_token[row, cur - 1]))
+    out = _alloc_slots(pools, [cur], [next_len], [int(pool.req_to_token[row, cur - 1])])
     pool.write(row, cur, out)
     kv.kv_allocated_len = max(kv.kv_allocated_len, next_len)
 
@@ -87,21 +95,23 @@ def alloc_for_decode_prealloc(pools: Pools, req: Req, fill_len: int) -> int:
     assert rows is not None, "a free row was checked for before the row allocation"
     req.kv.kv_committed_len = fill_len
     req.kv.kv_allocated_len = fill_len  # set before the allocator call, as upstream
-    pool.write(rows[0], 0, _alloc_slots(pools, 0, fill_len, -1))
+    pool.write(rows[0], 0, _alloc_slots(pools, [0], [fill_len], [-1]))
     return rows[0]
 
 
-def _alloc_slots(pools: Pools, start: int, end: int, last_loc: int) -> torch.Tensor:
-    """Slots for positions `[start, end)` of one request whose slot at `start - 1` is `last_loc`."""
+def _alloc_slots(pools: Pools, starts: list[int], ends: list[int], last_locs: list[int]) -> torch.Tensor:
+    """Slots for positions `[start, end)` of each request (in order, concatenated), whose slot at `start - 1`
+    is its `last_loc`."""
     allocator = pools.allocator
+    tokens = sum(end - start for start, end in zip(starts, ends, strict=True))
     if isinstance(allocator, PagedTokenToKVPoolAllocator):
         # Upstream evicts for the extend tokens plus a page per request: an over-estimate of the pages taken.
-        evict_from_tree_cache(pools, end - start + allocator.page_size)
-        out = allocator.alloc_extend(_one(allocator, start), _one(allocator, end), _one(allocator, last_loc))
+        evict_from_tree_cache(pools, tokens + len(starts) * allocator.page_size)
+        out = allocator.alloc_extend(_ints(allocator, starts), _ints(allocator, ends), _ints(allocator, last_locs))
     else:
-        evict_from_tree_cache(pools, end - start)
-        out = allocator.alloc(end - start)
-    assert out is not None, f"out of memory for positions [{start}, {end}): the budget was checked before"
+        evict_from_tree_cache(pools, tokens)
+        out = allocator.alloc(tokens)
+    assert out is not None, f"out of memory for {tokens} tokens: the budget was checked before"
     return out
 
 
@@ -110,5 +120,5 @@ def _row(req: Req) -> int:
     return req.kv.req_pool_idx
 
 
-def _one(allocator: Allocator, value: int) -> torch.Tensor:
-    return torch.tensor([value], dtype=torch.int64, device=allocator.device)
+def _ints(allocator: Allocator, values: list[int]) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.int64, device=allocator.device)

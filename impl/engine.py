@@ -42,7 +42,7 @@ from impl.release import (
     reset_for_retract,
 )
 from impl.req_pool import ContractViolation, ReqToTokenPool
-from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
+from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from properties.vocabulary import KIND_NORMAL, ceil_align
 
@@ -61,6 +61,7 @@ class ReferencePool(SchedulerGlue[Req]):
             "admit",
             "extend",
             "decode",
+            "batch",
             "spec_prepare",
             "spec_commit",
             "finish",
@@ -102,31 +103,49 @@ class ReferencePool(SchedulerGlue[Req]):
         With `prompt_len` the prompt is that many tokens of `family` and the extend stops at its end; without,
         it is open-ended and exactly `extend_len` tokens are computed. `kind` is the request's kind (`KIND_*`).
         """
-        self._check_admission(rid, prompt_len, kind)
-        req = self._new_entry(rid, prompt_len, family)
-        req.kind = kind
-        row = self._extend(req, extend_len)
-        self.reqs[rid] = req
-        return row
+        args = {"req": rid, "n": extend_len, "family": family, "kind": kind}
+        return self.batch([("admit", args if prompt_len is None else {**args, "prompt": prompt_len})])[0]
 
     def extend(self, rid: int, extend_len: int) -> int:
         """The next extend: a chunk continuation keeps its row; a dLLM block after `dllm_stash` takes a fresh
         one; a retracted or released request is re-admitted with a new prefix match on a fresh row."""
-        req = self._get(rid)
-        if req.status is ReqStatus.DECODING:
-            raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
-        return self._extend(req, extend_len)
+        return self.batch([("extend", {"req": rid, "n": extend_len})])[0]
 
     # -- decode ----------------------------------------------------------------------------------------------
 
     def decode(self, rid: int) -> None:
         """One non-speculative decode step: one slot (a new page when it starts one) at `kv_committed_len`."""
-        req, view = self._decode_view(rid)
-        seq_len = view.committed_len
-        self._check_capacity(0, tokens_needed(self.config.page_size, seq_len, seq_len + 1))
-        self._contract(lambda: alloc_for_decode(self.pools, req))
-        req.fill_ids = [*req.fill_ids[:seq_len], output_token(rid, seq_len)]
-        req.status = ReqStatus.DECODING
+        self.batch([("decode", {"req": rid})])
+
+    # -- batches -----------------------------------------------------------------------------------------
+
+    def batch(self, entries: list[tuple[str, dict[str, int]]]) -> list[int]:
+        """One scheduling round of up to `MAX_BATCH` requests: admissions and extends (`admit` / `extend`
+        arguments) allocated together (rows, then every slot at once), then the decodes of a mixed batch, then
+        the result pass's stash of each prefill entry in order. Returns each entry's row, in the order given."""
+        plan = self._plan_batch(entries)
+        rows = self._contract(lambda: self._run_batch(plan))
+        return [rows[rid] for rid in plan.rids]
+
+    def _run_batch(self, plan: BatchPlan[Req]) -> dict[int, int]:
+        """The batch's pool steps; each request's row, as the allocation handed it out."""
+        rows: dict[int, int] = {}
+        for _, req, extend in plan.prefill:
+            self._open_extend(req, extend)
+        if plan.prefill:
+            reqs = [req for _, req, _ in plan.prefill]
+            taken = alloc_for_extend(self.pools, reqs, [extend.seq_len for _, _, extend in plan.prefill])
+            rows.update((rid, row) for (rid, _, _), row in zip(plan.prefill, taken, strict=True))
+        if plan.decode:
+            alloc_for_decode(self.pools, [req for _, req, _ in plan.decode])
+            rows.update((rid, req.kv.req_pool_idx or 0) for rid, req, _ in plan.decode)
+        for rid, req, view in plan.decode:
+            req.fill_ids = [*req.fill_ids[: view.committed_len], output_token(rid, view.committed_len)]
+            req.status = ReqStatus.DECODING
+        for rid, req, extend in plan.prefill:
+            self._extend_result(req, extend)
+            self.reqs[rid] = req
+        return rows
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
         """Speculative prepare: `A = max(A, ceil_align(C + reserve))`, the new draft slots written to the row."""
@@ -400,19 +419,16 @@ class ReferencePool(SchedulerGlue[Req]):
         if not self.faults.on("stale_last_node_after_reset"):
             req.last_node = None  # the lock went back with the release; the scheduler drops the handle
 
-    def _extend(self, req: Req, extend_len: int) -> int:
-        plan = self._plan_extend(req, extend_len, req.rid)
-        self._check_extend_capacity(plan)
-        return self._contract(lambda: self._run_extend(req, plan))
-
-    def _run_extend(self, req: Req, plan: ExtendPlan) -> int:
-        """`init_next_round_input` + lock (admission only), `alloc_for_extend`, then the stash of the result."""
+    def _open_extend(self, req: Req, plan: ExtendPlan) -> None:
+        """`init_next_round_input` and the admission's lock (a fresh match only), before the batch allocates."""
         if plan.match_limit is not None:
             self._match_and_lock(req, plan.match_limit)
         elif self.faults.on("chunk_rematch_lock_leak") and self.tree is not None:
             # #1858: the continuing chunk re-matched its stashed prefix and locked it again, never unlocking.
             self.tree.inc_lock_ref(self.tree.match_prefix(req.fill_ids[: req.kv.cache_protected_len])[1])
-        row = alloc_for_extend(self.pools, req, plan.seq_len)
+
+    def _extend_result(self, req: Req, plan: ExtendPlan) -> None:
+        """The result pass of one prefill entry: its tokens, status and the stash of what it computed."""
         req.fill_ids = req.tokens(max(plan.seq_len, len(req.fill_ids)))
         req.extend_range_end = plan.seq_len
         req.prompt_len = plan.prompt_len
@@ -424,7 +440,6 @@ class ReferencePool(SchedulerGlue[Req]):
         self.cache.cache_unfinished_req(req)
         if self.faults.on("chunk_row_free_between_chunks") and not prefill_done:
             self.req_to_token_pool.free(req)  # before #17850 the row went back at the stash, retaken next chunk
-        return row
 
     def _match_and_lock(self, req: Req, limit: int) -> None:
         """The admission's prefix match: `prefix_indices`, `last_node`, `cache_protected_len`, and the lock."""
@@ -467,11 +482,11 @@ class ReferencePool(SchedulerGlue[Req]):
     def _evictable_slot_count(self) -> int:
         return self.cache.evictable_size()
 
-    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> Req:
-        """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int, kind: int = KIND_NORMAL) -> Req:
+        """A request of `kind` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
         if family < 0:
             raise Refused(f"family must be non-negative, got {family}")
-        req = Req(rid, prompt_len=prompt_len, family=family)
+        req = Req(rid, prompt_len=prompt_len, family=family, kind=kind)
         req.fill_ids = req.tokens(prompt_len or 0)
         return req
 

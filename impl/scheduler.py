@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from impl.records import ReqStatus
 from impl.target import PoolConfig, RecordView, Refused
-from properties.vocabulary import KIND_NAMES, num_new_pages
+from properties.vocabulary import BATCH_OPS, KIND_NAMES, KIND_NORMAL, MAX_BATCH, num_new_pages
 
 
 class Entry(Protocol):
@@ -27,6 +27,19 @@ class Entry(Protocol):
 
 
 E = TypeVar("E", bound=Entry)
+
+
+BatchEntry = tuple[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class BatchPlan(Generic[E]):
+    """One batch, planned: its prefill entries `(rid, entry, plan)` and decode entries `(rid, entry, view)`, in
+    the order given (a new request's entry is not registered yet); `rids` in the batch's own order."""
+
+    prefill: list[tuple[int, E, ExtendPlan]]
+    decode: list[tuple[int, E, RecordView]]
+    rids: list[int]
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,11 @@ class ExtendPlan:
 def tokens_needed(page_size: int, start: int, end: int) -> int:
     """Slots the allocator hands out for positions `[start, end)`: whole pages past the page `start` is on."""
     return num_new_pages(start, end, page_size) * page_size
+
+
+def _locking(plan: BatchPlan[Any]) -> frozenset[int]:
+    """The evictable slots the batch's matches lock, each once."""
+    return frozenset[int]().union(*(p.locking for _, _, p in plan.prefill))
 
 
 def match_limit(width: int, prompt_len: int | None, extend_len: int) -> int:
@@ -78,8 +96,8 @@ class SchedulerGlue(ABC, Generic[E]):
         `limit` tokens would find now, read without changing the tree."""
 
     @abstractmethod
-    def _new_entry(self, rid: int, prompt_len: int | None, family: int) -> E:
-        """A request not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
+    def _new_entry(self, rid: int, prompt_len: int | None, family: int, kind: int = KIND_NORMAL) -> E:
+        """A request of `kind` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
 
     @abstractmethod
     def _free_row_count(self) -> int:
@@ -186,6 +204,62 @@ class SchedulerGlue(ABC, Generic[E]):
     def _check_extend_capacity(self, plan: ExtendPlan) -> None:
         need = tokens_needed(self.config.page_size, plan.start, plan.seq_len)
         self._check_capacity(int(plan.new_row), need, len(plan.locking))
+
+    # -- batches ----------------------------------------------------------------------------------------
+
+    def _plan_batch(self, entries: list[BatchEntry]) -> BatchPlan[E]:
+        """Plan every entry as its own call would be planned, then check the batch fits as a whole: upstream's
+        scheduler admits a batch whose rows and slots (prefill and decode, less what the tree could evict once
+        the batch's matches are locked) it can cover, and allocates it all at once."""
+        plan = self._plan_entries(entries)
+        ps = self.config.page_size
+        slots = sum(tokens_needed(ps, p.start, p.seq_len) for _, _, p in plan.prefill)
+        slots += sum(tokens_needed(ps, view.committed_len, view.committed_len + 1) for _, _, view in plan.decode)
+        rows = sum(p.new_row for _, _, p in plan.prefill)
+        self._check_capacity(rows, slots, len(_locking(plan)))
+        return plan
+
+    def _plan_entries(self, entries: list[BatchEntry]) -> BatchPlan[E]:
+        """Each entry planned as its own call would be (refusing what the scheduler would not schedule), the
+        batch's capacity not yet checked."""
+        rids = [args.get("req", -1) for _, args in entries]
+        if not 1 <= len(entries) <= MAX_BATCH:
+            raise Refused(f"a batch has 1 to {MAX_BATCH} entries, got {len(entries)}")
+        if len(set(rids)) != len(rids):
+            raise Refused(f"a batch schedules each request once, got {rids}")
+        prefill: list[tuple[int, E, ExtendPlan]] = []
+        decode: list[tuple[int, E, RecordView]] = []
+        for op, args in entries:
+            if op == "decode":
+                decode.append((args["req"], *self._decode_view(args["req"])))
+            elif op in ("admit", "extend"):
+                entry = self._batch_entry(op, args)
+                prefill.append((args["req"], entry, self._plan_extend(entry, args["n"], args["req"])))
+            else:
+                raise Refused(f"a batch entry is one of {BATCH_OPS}, got {op!r}")
+        return BatchPlan(prefill, decode, rids)
+
+    def peek_batch_evictable(self, entries: list[BatchEntry]) -> int:
+        """What the batch could evict on demand now: the tree's evictable tokens less those its matches lock
+        (each locked once); 0 without on-demand eviction. Read-only."""
+        if not self.config.evict_on_demand:
+            return 0
+        try:
+            plan = self._plan_entries(entries)
+        except Refused:
+            return self._evictable_slot_count()  # the batch is refused as well
+        return self._evictable_slot_count() - len(_locking(plan))
+
+    def _batch_entry(self, op: str, args: dict[str, int]) -> E:
+        rid = args["req"]
+        if op == "admit":
+            prompt_len, kind = args.get("prompt"), args.get("kind", KIND_NORMAL)
+            self._check_admission(rid, prompt_len, kind)
+            return self._new_entry(rid, prompt_len, args.get("family", 0), kind)
+        entry = self._get(rid)
+        if entry.status is ReqStatus.DECODING:
+            raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
+        return entry
 
     # -- read-only peeks -------------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class Action:
     fault: str | None = None
     halves: Halves | None = None  # where a batch splits it (`model.batch`)
     inner: Action | None = None  # the action an `evicting` wrapper evicts for
+    optional: frozenset[str] = frozenset()  # arguments a step may leave out beyond `OPTIONAL_ARGS` (0 then)
 
     def transition(self, o: Any, p: Sizes, s: State, a: Args) -> tuple[Any, State]:
         return o.And(self.enabled(o, p, s, a), self.choice_ok(o, p, s, a)), self.update(o, p, s, a)

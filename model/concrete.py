@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from model.actions import ARG_DEFAULTS, Action, actions_for
+from model.batch import BATCH_OPTIONAL, batch_action
 from model.interp import PY
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
 from properties.invariants import INVARIANTS
 from properties.vocabulary import STATUS_NEW
+
+BATCH_DEFAULTS = dict.fromkeys(BATCH_OPTIONAL, 0)
 
 
 class Model:
@@ -17,7 +20,8 @@ class Model:
 
     def __init__(self, sizes: Sizes, faults: frozenset[str] = frozenset()):
         self.sizes = sizes
-        self.actions = actions_for(faults)
+        contract = actions_for(faults)
+        self.actions = {**contract, "batch": batch_action(contract)}
         self.state: State = initial(PY, sizes)
 
     def action(self, op: str) -> Action:
@@ -74,8 +78,8 @@ class Model:
 
 
 def _defaults(args: dict[str, Any]) -> dict[str, Any]:
-    """`args` with what a trace or a pool may leave out (`ARG_DEFAULTS`)."""
-    return {**ARG_DEFAULTS, **args}
+    """`args` with what a trace or a pool may leave out (`ARG_DEFAULTS`, and a batch's unused fields)."""
+    return {**ARG_DEFAULTS, **BATCH_DEFAULTS, **args}
 
 
 def _index_tuples(sorts: tuple[str, ...], domain: dict[str, list[int]]) -> list[tuple[int, ...]]:

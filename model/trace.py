@@ -143,9 +143,11 @@ def _shape(action: Action, optional: frozenset[str]) -> StepShape:
 @functools.cache
 def step_schema() -> dict[str, StepShape]:
     """Every op of the contract, and the harness's observation step (it changes nothing on model or pool)."""
-    from model.actions import CONTRACT, OPTIONAL_ARGS  # the action table: loaded once a step is to be checked
+    from model.actions import CONTRACT, OPTIONAL_ARGS, actions_for  # loaded once a step is to be checked
+    from model.batch import batch_action
 
-    return {a.name: _shape(a, OPTIONAL_ARGS) for a in CONTRACT} | {"differential": StepShape({"req": SORTS["req"]}, {})}
+    shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, batch_action(actions_for()))}
+    return shapes | {"differential": StepShape({"req": SORTS["req"]}, {})}
 
 
 # -- the trace --------------------------------------------------------------------------------------------

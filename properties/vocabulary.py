@@ -44,6 +44,10 @@ LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})
 # prefix but never inserts (neither between chunks nor at release).
 KIND_NORMAL, KIND_SKIP_INSERT = 0, 1
 KIND_NAMES = {KIND_NORMAL: "normal", KIND_SKIP_INSERT: "skip-insert"}
+# The most extends and decodes one batch step schedules together (targets refuse more; the model calls more
+# malformed).
+MAX_BATCH = 3
+BATCH_OPS = ("admit", "extend", "decode")  # a batch entry's op; `op{i}` in a batch step is its index here
 
 
 def holds(o: Any, s: Any, i: Term) -> Term:

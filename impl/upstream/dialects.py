@@ -134,11 +134,25 @@ class Dialect(abc.ABC):
         assert req.skip_radix_cache_insert == skip_insert, "Req did not take the skip-insert kind"
         return req
 
-    def new_batch(self, req: Any, pool: Any, allocator: Any, cache: Any) -> Any:
-        """`ScheduleBatch.init_new` for one request; the model config is a stand-in (see `_model_config`)."""
+    def new_batch(self, reqs: list[Any], pool: Any, allocator: Any, cache: Any) -> Any:
+        """`ScheduleBatch.init_new` for `reqs`; the model config is a stand-in (see `_model_config`)."""
         return self.schedule_batch.ScheduleBatch.init_new(
-            [req], pool, allocator, cache, _model_config(), False, self.no_speculation
+            reqs, pool, allocator, cache, _model_config(), False, self.no_speculation
         )
+
+    def split_batch(self, batch: Any, index: int) -> Any:
+        """The batch of the request at `index` alone, as the scheduler's `filter_batch` leaves it (on a copy)."""
+        alone = _copy_batch(batch)
+        alone.filter_batch(keep_indices=[index])
+        return alone
+
+    def merge_batches(self, batches: list[Any]) -> Any:
+        """One batch of every request of `batches`, as the scheduler's `merge_batch` builds its running batch
+        (on copies: each request's own batch stays as it was)."""
+        merged = _copy_batch(batches[0])
+        for other in batches[1:]:
+            merged.merge_batch(_copy_batch(other))
+        return merged
 
     def save_request(self, req: Any, cache: Any) -> Callable[[], None]:
         """A closure that puts back what an extend's glue wrote before upstream allocated (the request's fields,
@@ -282,6 +296,14 @@ class EvictionLog:
     def take(self) -> list[tuple[int, int]]:
         taken, self.entries = self.entries, []
         return taken
+
+
+def _copy_batch(batch: Any) -> Any:
+    """A batch `filter_batch` / `merge_batch` can change without changing `batch`: both rebind the batch's
+    fields (never mutate its tensors), and change the sampling info in place, which gets its own copy here."""
+    copied = copy.copy(batch)
+    copied.sampling_info = copy.copy(batch.sampling_info)
+    return copied
 
 
 def _model_config() -> types.SimpleNamespace:

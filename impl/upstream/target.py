@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
-from impl.scheduler import ExtendPlan, SchedulerGlue, tokens_needed
+from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
@@ -66,11 +66,17 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
 
 
 def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Record each call of an op (refused or not) so that `clone` can replay it on a fresh pool."""
+    """Record each outermost call of an op (refused or not) so that `clone` can replay it on a fresh pool; an op
+    that calls another (`reuse_released` runs an extend batch) is recorded once."""
 
     def call(self: SglangPool, *args: Any, **kwargs: Any) -> Any:
-        self._calls.append((method.__name__, args, kwargs))
-        return method(self, *args, **kwargs)
+        if self._depth == 0:
+            self._calls.append((method.__name__, args, kwargs))
+        self._depth += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._depth -= 1
 
     call.__name__, call.__doc__ = method.__name__, method.__doc__
     return call
@@ -86,6 +92,7 @@ class SglangPool(SchedulerGlue[_Request]):
             "admit",
             "extend",
             "decode",
+            "batch",
             "finish",
             "pp_release",
             "pp_release_manual",
@@ -113,43 +120,48 @@ class SglangPool(SchedulerGlue[_Request]):
         self.evictions = self.dialect.watch_evictions(self.cache, self.allocator, config.evict_on_demand)
         self.reqs: dict[int, _Request] = {}
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self._depth = 0
 
     # -- prefill ---------------------------------------------------------------------------------------------
 
-    @_logged
     def admit(
         self, rid: int, extend_len: int, *, prompt_len: int | None = None, family: int = 0, kind: int = KIND_NORMAL
     ) -> int:
         """A new request's first extend; with `prompt_len` the whole prompt is known and the extend stops at it.
         A skip-insert `kind` is a request sglang bars from the tree: a PD bootstrap warm-up
         (`bootstrap_host=FAKE_BOOTSTRAP_HOST`, which sets `Req.skip_radix_cache_insert`)."""
-        self._check_admission(rid, prompt_len, kind)
-        if prompt_len is None and self.config.cache == "radix":
-            # Upstream matches the tokens a request has; an open-ended prompt has them only once extended.
-            raise Refused("an open-ended prompt cannot be admitted to the radix tree")
-        entry = self._new_entry(rid, prompt_len, family, kind)
-        row = self._extend(entry, extend_len, rid)
-        self.reqs[rid] = entry
-        return row
+        args = {"req": rid, "n": extend_len, "family": family, "kind": kind}
+        return self.batch([("admit", args if prompt_len is None else {**args, "prompt": prompt_len})])[0]
 
-    @_logged
     def extend(self, rid: int, extend_len: int) -> int:
         """The next extend: a chunk continuation keeps its row; a released request is re-admitted on a new one."""
-        entry = self._get(rid)
-        if entry.status is ReqStatus.DECODING:
-            raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
-        return self._extend(entry, extend_len, rid)
+        return self.batch([("extend", {"req": rid, "n": extend_len})])[0]
 
     # -- decode ----------------------------------------------------------------------------------------------
 
-    @_logged
     def decode(self, rid: int) -> None:
         """One non-speculative decode step: upstream's `prepare_for_decode`, then the sampled token appended."""
-        entry, view = self._decode_view(rid)
-        self._check_capacity(0, tokens_needed(self.config.page_size, view.committed_len, view.committed_len + 1))
-        self._upstream(entry.batch.prepare_for_decode)
-        entry.req.output_ids.append(output_token(rid, view.committed_len))
-        entry.status = ReqStatus.DECODING
+        self.batch([("decode", {"req": rid})])
+
+    # -- batches -----------------------------------------------------------------------------------------
+
+    @_logged
+    def batch(self, entries: list[tuple[str, dict[str, int]]]) -> list[int]:
+        """One scheduling round of up to `MAX_BATCH` requests, as the scheduler runs it: one `ScheduleBatch` of
+        every admission and extend (`prepare_for_extend`: their rows, then all their slots), then a mixed batch's
+        decodes merged into one running batch (`merge_batch`, `prepare_for_decode`), then the result pass's
+        stash of each prefill entry in order. Returns each entry's row, in the order given."""
+        plan = self._plan_batch(entries)
+        if self.config.cache == "radix" and any(e.prompt_len is None for _, e, _ in plan.prefill):
+            # Upstream matches the tokens a request has; an open-ended prompt has them only once extended.
+            raise Refused("an open-ended prompt cannot be extended on the radix tree")
+        extend_batch = self._prepare_prefill(plan)
+        if plan.decode:
+            self._decode_all(plan)
+        for index, (rid, entry, extend) in enumerate(plan.prefill):
+            self._extend_result(entry, extend, self.dialect.split_batch(extend_batch, index))
+            self.reqs[rid] = entry
+        return [int(self.dialect.row(self._get(rid).req) or 0) for rid in plan.rids]
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
         raise Refused("the upstream target does not drive speculative decoding")
@@ -267,7 +279,7 @@ class SglangPool(SchedulerGlue[_Request]):
         try:
             if entry.status is ReqStatus.DECODING:
                 raise Refused(f"request {rid} is decoding; only a retraction returns it to prefill")
-            return self._extend(entry, extend_len, rid)
+            return self.batch([("extend", {"req": rid, "n": extend_len})])[0]
         except Refused:
             self.dialect.set_row(entry.req, None)
             raise
@@ -375,26 +387,25 @@ class SglangPool(SchedulerGlue[_Request]):
             if grouped:
                 self.allocator.free_group_end()
 
-    def _extend(self, entry: _Request, extend_len: int, rid: int) -> int:
-        """Plan the extend (refusing what the scheduler would not schedule), then run upstream's extend path."""
-        plan = self._plan_extend(entry, extend_len, rid)
-        self._check_extend_capacity(plan)
-        req = entry.req
-        restore = self.dialect.save_request(req, self.cache)
+    def _prepare_prefill(self, plan: BatchPlan[_Request]) -> Any:
+        """The prompts the extends need, the scheduler's round input and extend range for each, then upstream's
+        batch (None without prefill entries); refused by upstream, every entry's glue goes back."""
+        if not plan.prefill:
+            return None
+        restores = [self.dialect.save_request(entry.req, self.cache) for _, entry, _ in plan.prefill]
         try:
-            batch = self._prepare_for_extend(entry, plan)
+            for _, entry, extend in plan.prefill:
+                self._open_extend(entry, extend)
+            reqs = [entry.req for _, entry, _ in plan.prefill]
+            batch = self.dialect.new_batch(reqs, self.req_to_token_pool, self.allocator, self.cache)
+            self._upstream(batch.prepare_for_extend)
         except Refused:
-            restore()  # upstream refused before it allocated; the glue's writes and lock go back too
+            for restore in restores:
+                restore()  # upstream refused before it allocated; the glue's writes and locks go back too
             raise
-        self.dialect.stash(req, self.cache)
-        entry.batch, entry.prompt_len = batch, plan.prompt_len
-        entry.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING
-        row = self.dialect.row(req)
-        assert row is not None, "prepare_for_extend returned without a row"
-        return int(row)
+        return batch
 
-    def _prepare_for_extend(self, entry: _Request, plan: ExtendPlan) -> Any:
-        """The prompt the extend needs, the scheduler's round input and extend range, then upstream's batch."""
+    def _open_extend(self, entry: _Request, plan: ExtendPlan) -> None:
         req = entry.req
         if plan.prompt_len is None:
             start = len(req.origin_input_ids)
@@ -403,6 +414,17 @@ class SglangPool(SchedulerGlue[_Request]):
         if entry.status is ReqStatus.FINISHED:
             req.finished_reason = None  # re-admitted; upstream's stash refuses a finished request
         self.dialect.open_extend(req, self.cache, plan.match_limit is not None, plan.seq_len)
-        batch = self.dialect.new_batch(req, self.req_to_token_pool, self.allocator, self.cache)
-        self._upstream(batch.prepare_for_extend)
-        return batch
+
+    def _decode_all(self, plan: BatchPlan[_Request]) -> None:
+        """The decode entries as one running batch: merged from each request's own, decoded, split back."""
+        running = self.dialect.merge_batches([entry.batch for _, entry, _ in plan.decode])
+        self._upstream(running.prepare_for_decode)
+        for index, (rid, entry, view) in enumerate(plan.decode):
+            entry.req.output_ids.append(output_token(rid, view.committed_len))
+            entry.status, entry.batch = ReqStatus.DECODING, self.dialect.split_batch(running, index)
+
+    def _extend_result(self, entry: _Request, plan: ExtendPlan, batch: Any) -> None:
+        """The result pass of one prefill entry: the stash, its status, and its own batch for the next decode."""
+        self.dialect.stash(entry.req, self.cache)
+        entry.batch, entry.prompt_len = batch, plan.prompt_len
+        entry.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING

@@ -14,7 +14,8 @@ import pytest
 from fuzz.replay import load_trace
 from fuzz.targets import POOL_KEYS
 from impl.engine import PoolConfig
-from model.actions import CONTRACT
+from model.actions import CONTRACT, actions_for
+from model.batch import batch_action
 from model.trace import (
     CONFIG_SCHEMA,
     PAGE_BYTES,
@@ -173,8 +174,9 @@ def test_the_config_schema_is_poolconfigs_fields_with_the_target_and_faults() ->
 
 
 def test_the_step_schema_is_the_action_table() -> None:
-    assert set(step_schema()) == {a.name for a in CONTRACT} | {"differential"}
-    for action in CONTRACT:
+    batch = batch_action(actions_for())
+    assert set(step_schema()) == {a.name for a in CONTRACT} | {"batch", "differential"}
+    for action in (*CONTRACT, batch):
         params = {name for name, _ in action.params}
         assert set(step_schema()[action.name].args) == params - set(action.choice)
         assert set(step_schema()[action.name].choice) == set(action.choice)
