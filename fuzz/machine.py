@@ -28,6 +28,7 @@ from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
 from properties.vocabulary import (
+    KIND_EXCLUSIONS,
     KIND_NORMAL,
     KIND_SKIP_INSERT,
     MAX_BATCH,
@@ -46,7 +47,7 @@ WAITING = frozenset({STATUS_WAITING})
 FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
 PICK = st.integers(0, 15)  # which of the requests in the right status a step acts on
 # Mostly normal requests; one in four is barred from the tree (it shrinks towards normal).
-KINDS = st.sampled_from([KIND_NORMAL, KIND_NORMAL, KIND_NORMAL, KIND_SKIP_INSERT])
+KIND_DRAWS = (KIND_NORMAL, KIND_NORMAL, KIND_NORMAL, KIND_SKIP_INSERT)
 
 # Named rule groups (`--swarm`): beyond Hypothesis's own random rule subsets, each leaves out whole flows so the
 # rest are exercised harder. None is every rule.
@@ -121,9 +122,11 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     """A state machine class bound to `recorder` (Hypothesis instantiates it once per test case)."""
     width = recorder.config["width"]
     lengths = st.integers(min_value=1, max_value=width)
+    # A request kind the run does not draw (`kind:NAME` in the exclusions) leaves normal requests in its place.
+    kinds = st.sampled_from([k for k in KIND_DRAWS if not any(KIND_EXCLUSIONS.get(x) == k for x in recorder.exclude)])
     # A batch entry: what it is (0 a new admission, 1 the next chunk, 2 a re-admission, 3 a decode), which request
     # of that status, its extend length, and a new admission's prompt, family and kind.
-    entry = st.tuples(st.integers(0, 3), PICK, lengths, lengths, st.integers(0, FAMILIES - 1), KINDS)
+    entry = st.tuples(st.integers(0, 3), PICK, lengths, lengths, st.integers(0, FAMILIES - 1), kinds)
     batch_entries = st.lists(entry, min_size=1, max_size=MAX_BATCH)
     radix = recorder.config.get("cache") == "radix"
     speculative = bool(recorder.config.get("speculative"))
@@ -203,7 +206,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             return bool(self._ids(READMITTABLE))
 
         @precondition(lambda self: allowed("admit"))
-        @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1), kind=KINDS)
+        @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1), kind=kinds)
         def admit(self, prompt: int, n: int, family: int, kind: int) -> None:
             self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family, "kind": kind})
 

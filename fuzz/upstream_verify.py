@@ -45,6 +45,7 @@ from model.trace import (
     step_schema,
 )
 from properties.abstraction import observe
+from properties.vocabulary import KIND_EXCLUSIONS
 
 TRIAGE = ("upstream-bug", "model-wrong", "contract-difference")
 ROOT = Path(__file__).resolve().parents[1]  # a finding's replay file must stay inside it
@@ -127,7 +128,7 @@ FINDING_FIELDS: dict[str, tuple[Rule, Any]] = {
     "summary": (PROSE, None),
     "replay": (NAME, None),
     "expect": (Rule('{"kind": NAME, "id": NAME}', _expect), None),
-    "fuzz_exclude": (Rule("a list of op names", _names), []),
+    "fuzz_exclude": (Rule("a list of op names (or kind:NAME)", _names), []),
 }
 FINDING_KEYS = tuple(FINDING_FIELDS)
 
@@ -160,8 +161,10 @@ def _finding(index: int, entry: Any) -> Finding:
         if not rule.ok(value):
             raise FindingsError(f"{where} lacks or mistypes {key}: {key} must be {rule.what}, got {show(value)}")
     where = f"finding {entry['id']}"
-    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()):
-        raise FindingsError(f"{where}: fuzz_exclude names an op kvlife does not have: {show(entry['fuzz_exclude'])}")
+    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()) | set(KIND_EXCLUSIONS):
+        raise FindingsError(
+            f"{where}: fuzz_exclude names an op or kind kvlife does not have: {show(entry['fuzz_exclude'])}"
+        )
     return Finding(
         id=entry["id"],
         versions=tuple(entry["versions"]),

@@ -44,6 +44,8 @@ LIVE_STATUSES = frozenset({STATUS_PREFILL, STATUS_DECODE})
 # prefix but never inserts (neither between chunks nor at release).
 KIND_NORMAL, KIND_SKIP_INSERT = 0, 1
 KIND_NAMES = {KIND_NORMAL: "normal", KIND_SKIP_INSERT: "skip-insert"}
+# How a run names a kind it does not draw (beside the ops it does not draw), e.g. once a known finding needs it.
+KIND_EXCLUSIONS = {f"kind:{name}": kind for kind, name in KIND_NAMES.items() if kind != KIND_NORMAL}
 # The most extends and decodes one batch step schedules together (targets refuse more; the model calls more
 # malformed).
 MAX_BATCH = 3
