@@ -141,9 +141,11 @@ def lay_out(wheel_path: Path, directory: Path, keep_extensions: bool = True) -> 
     with zipfile.ZipFile(wheel_path) as wheel:
         info_dir = next(n.split("/")[0] for n in wheel.namelist() if n.split("/")[0].endswith(".dist-info"))
         metadata = email.parser.Parser().parsestr(wheel.read(f"{info_dir}/METADATA").decode())
-        entry_points = wheel.read(f"{info_dir}/entry_points.txt").decode() if (
-            f"{info_dir}/entry_points.txt" in wheel.namelist()
-        ) else ""
+        entry_points = (
+            wheel.read(f"{info_dir}/entry_points.txt").decode()
+            if (f"{info_dir}/entry_points.txt" in wheel.namelist())
+            else ""
+        )
         python = directory / "python"
         for info in _package_files(wheel, keep_extensions):
             target = python / info.filename
