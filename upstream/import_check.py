@@ -64,9 +64,9 @@ def main(expected: str) -> int:
             return 1
     caps = importlib.import_module("impl.upstream.capabilities").probe()
     print(f"setup: sglang {installed} imports; modules it does not have: {', '.join(absent) or 'none'}")
-    fallback = f"; asked for the Rust core, upstream builds the Python one: {caps.rust_tree_core}"
+    fallback = f"; asked for the Rust core, upstream builds the Python one: {caps.rust_core_fallback}"
     cores = ", ".join(caps.tree_cores) or "none to choose from (RadixCache)"
-    print(f"setup: tree cores: {cores}{fallback if caps.tree_core_backend and caps.rust_tree_core else ''}")
+    print(f"setup: tree cores: {cores}{fallback if caps.tree_core_backend and caps.rust_core_fallback else ''}")
     return 0
 
 

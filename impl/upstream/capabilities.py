@@ -321,8 +321,8 @@ def tree_core_backend(up: Upstream) -> bool:
 
 
 @_probe
-def rust_tree_core(up: Upstream) -> str:
-    """Why upstream would build the Python tree core when asked for the Rust one ('' where it would not)."""
+def rust_core_fallback(up: Upstream) -> str:
+    """Why upstream builds the Python tree core when asked for the Rust one ('' where it builds the Rust one)."""
     registry = up.module(TREE_CORE_REGISTRY)
     if registry is None or "rust" not in registry.registered_tree_core_backends():
         return "no Rust tree core is registered"
@@ -338,7 +338,7 @@ def tree_cores(up: Upstream) -> tuple[str, ...]:
     registry = up.module(TREE_CORE_REGISTRY)
     if not tree_core_backend(up) or registry is None:
         return ()
-    names = [name for name in registry.registered_tree_core_backends() if name != "rust" or not rust_tree_core(up)]
+    names = [name for name in registry.registered_tree_core_backends() if name != "rust" or not rust_core_fallback(up)]
     return tuple(sorted(names, key=lambda name: (name != "rust", name)))
 
 
@@ -471,7 +471,7 @@ class Capabilities:
     walk_for_kv_canary: bool = False
     radix_key_walk: bool = False
     tree_core_backend: bool = False
-    rust_tree_core: str = "no Rust tree core is registered"
+    rust_core_fallback: str = "no Rust tree core is registered"
     tree_cores: tuple[str, ...] = ()
     alloc_rows: bool = False
     register_on_alloc_rows: bool = False
@@ -490,7 +490,7 @@ class Capabilities:
 
 
 # What the adapter needs today, whichever spelling a release has: a name must hold, and of names joined by '|'
-# one must. `rust_tree_core` is a reason, not a need: a release without the Rust core runs on the Python one.
+# one must. `rust_core_fallback` is a reason, not a need: a release without the Rust core runs on the Python one.
 ADAPTER_NEEDS = (
     "server_args_cpu",
     "publish_role",
@@ -541,6 +541,15 @@ def describe(name: str) -> str:
     """The capability's one-line description (its probe's docstring, joined onto one line)."""
     doc = inspect.getdoc(PROBES[name]) or name
     return " ".join(doc.split())
+
+
+def cell(value: Any) -> str:
+    """A capability's value as a cell of the capability x release table (`docs/upstream-api.md`)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(f"`{item}`" for item in value) or "none"
+    return f"`{value}`" if value else "—"
 
 
 def missing(required: Iterable[str], capabilities: Capabilities | None = None) -> str | None:
