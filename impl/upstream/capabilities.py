@@ -328,8 +328,11 @@ def rust_core_fallback(up: Upstream) -> str:
         return "no Rust tree core is registered"
     component = registry.ComponentType.FULL
     params = up.attr(CACHE_INIT_PARAMS, "CacheInitParams")(False, None, None, 1, tree_components=(component,))
-    reason = registry._rust_fallback_reason(params)
-    return reason or ""
+    explain = getattr(registry, "_rust_fallback_reason", None)  # private, so read where it is there
+    if explain is not None:
+        return explain(params) or ""
+    resolved = registry.resolve_tree_core_backend("rust", params)
+    return "" if resolved == "rust" else f"upstream resolves 'rust' to {resolved!r}"
 
 
 @_probe
