@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +15,6 @@ from impl.faults import FaultSet
 from impl.target import PoolConfig
 from impl.upstream import dialects, target
 from impl.upstream.target import SglangPool
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
