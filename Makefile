@@ -66,31 +66,40 @@ replay: setup
 	@test -n "$(CE)" || { echo "usage: make replay CE=path/to/trace.json" >&2; exit 2; }
 	@$(BIN)/python -m fuzz replay $(CE)
 
-# Upstream SGLang: one venv per pinned version (.venv-sglang-VERSION); quick when nothing changed.
-SGLANG_VERSIONS := 0.5.23 0.5.18
+# Upstream SGLang: one venv per published release of upstream/releases.txt (.venv-sglang-VERSION, pinned by
+# upstream/constraints-VERSION.txt), quick when nothing changed. SGLANG=0.5.20 picks releases; SGLANG_SRC=DIR a
+# source checkout instead (.venv-sglang-src-NAME, NAME being DIR's base name; upstream/setup.sh --src).
+SGLANG_VERSIONS := $(shell awk '!/^\#/ && NF {print $$1}' upstream/releases.txt)
+SGLANG ?= $(SGLANG_VERSIONS)
+SGLANG_SRC ?=
+ifneq ($(strip $(SGLANG_SRC)),)
+SGLANG_VENVS := .venv-sglang-src-$(notdir $(abspath $(SGLANG_SRC)))
+else
+SGLANG_VENVS := $(foreach v,$(SGLANG),.venv-sglang-$(v))
+endif
 
 sglang-setup:
-	@for v in $(SGLANG_VERSIONS); do bash upstream/setup.sh $$v || exit 1; done
+	@if [ -n "$(strip $(SGLANG_SRC))" ]; then bash upstream/setup.sh --src "$(SGLANG_SRC)"; \
+	else for v in $(SGLANG); do bash upstream/setup.sh $$v || exit $$?; done; fi
 
 # The upstream target's tests inside each sglang venv (the main venv skips them).
 sglang-test: sglang-setup
-	@for v in $(SGLANG_VERSIONS); do echo "sglang-test: sglang $$v"; \
-	  .venv-sglang-$$v/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
+	@for venv in $(SGLANG_VENVS); do echo "sglang-test: $$venv"; \
+	  $$venv/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
 
-# A small lifecycle per version; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
+# A small lifecycle per venv; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
 sglang-probe: sglang-setup
-	@for v in $(SGLANG_VERSIONS); do .venv-sglang-$$v/bin/python -m impl.upstream.probe; done
+	@for venv in $(SGLANG_VENVS); do $$venv/bin/python -m impl.upstream.probe; done
 
-# The harness against upstream SGLang, one version after the other (SGLANG=0.5.23 or 0.5.18 for one): the
-# prover's traces, the lockstep ci profile on every pool shape the upstream target supports, the findings of
-# upstream/findings.json, and the differential run (fuzz/upstream_verify.py). Fails if any version mismatches.
+# The harness against upstream SGLang, one venv after the other: the prover's traces, the lockstep ci profile on
+# every pool shape the upstream target supports, the findings of upstream/findings.json, and the differential run
+# (fuzz/upstream_verify.py). Fails if any venv mismatches.
 # Bounded (what CI runs): VERIFY_ARGS="--cases 30 --random 40" (lockstep test cases per pool, random differential traces).
-SGLANG ?= $(SGLANG_VERSIONS)
 VERIFY_ARGS ?=
 
-verify-sglang:
-	@status=0; for v in $(SGLANG); do bash upstream/setup.sh $$v || exit $$?; echo "verify-sglang: sglang $$v"; \
-	  OMP_NUM_THREADS=1 .venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) || status=1; \
+verify-sglang: sglang-setup
+	@status=0; for venv in $(SGLANG_VENVS); do echo "verify-sglang: $$venv"; \
+	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) || status=1; \
 	done; exit $$status
 
 clean:
