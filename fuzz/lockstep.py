@@ -20,6 +20,7 @@ from model.interp import PY
 from model.trace import Failure, Step
 from properties.abstraction import observe
 from properties.eviction import check_evictions
+from properties.generations import GenerationLedger
 from properties.invariants import check_snapshot
 from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
 from properties.vocabulary import LIVE_STATUSES as LIVE
@@ -104,6 +105,7 @@ class Lockstep:
     snap: PoolSnapshot = field(init=False)
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
+    generations: GenerationLedger = field(default_factory=GenerationLedger)
     corners: list[str] = field(default_factory=list)  # the lifecycle corners the last step reached
 
     def __post_init__(self) -> None:
@@ -339,7 +341,7 @@ class Lockstep:
         return Failure(index, "invariant", "eviction", "; ".join(problems)) if problems else None
 
     def _observe(self, index: int) -> Failure | None:
-        violations = check_snapshot(self.snap)
+        violations = check_snapshot(self.snap) + [("row-generation", m) for m in self.generations.check(self.snap)]
         if violations:
             inv_id = violations[0][0]
             messages = [m for i, m in violations if i == inv_id]

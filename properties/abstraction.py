@@ -43,6 +43,7 @@ class Observation:
     free_row_count: int
     free_slot_count: int
     tree_slot_count: int
+    generations: tuple[int, ...]  # each row's generation, rows 1.. in order
 
     def differences(self, other: Observation) -> list[str]:
         """Human-readable differences, `self` being the model and `other` the target."""
@@ -59,6 +60,8 @@ class Observation:
             out.append(f"free slots: model {self.free_slot_count}, pool {other.free_slot_count}")
         if self.tree_slot_count != other.tree_slot_count:
             out.append(f"tree-owned slots: model {self.tree_slot_count}, pool {other.tree_slot_count}")
+        if self.generations != other.generations:
+            out.append(f"row generations: model {list(self.generations)}, pool {list(other.generations)}")
         return out
 
 
@@ -78,4 +81,5 @@ def observe(snap: SnapshotLike) -> Observation:
     }
     free_slots = (snap.free_slots.numel() + snap.release_slots.numel()) * snap.page_size
     tree = snap.evictable_size + snap.protected_size
-    return Observation(records, frozenset(snap.free_rows), len(snap.free_rows), free_slots, tree)
+    generations = tuple(snap.row_generation[1 : snap.rows_total + 1])
+    return Observation(records, frozenset(snap.free_rows), len(snap.free_rows), free_slots, tree, generations)
