@@ -42,6 +42,8 @@ _CALLS: dict[str, Call] = {
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
+    "group_begin": lambda t, a: t.group_begin(),
+    "group_end": lambda t, a: t.group_end(),
     "pd_prealloc": lambda t, a: t.pd_prealloc(a["req"], a["fill"]),
     "offload_release": lambda t, a: t.offload_release(a["req"], a["sentinel"]),
     "reuse_released": lambda t, a: t.reuse_released(a["req"], a["row"], a["n"]),
