@@ -30,7 +30,7 @@ POOL_KEYS = (
     "evict_on_demand",
     "tree_core",
 )
-SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
+SGLANG_VENVS = ".venv-sglang-VERSION/bin/python, VERSION of upstream/releases.txt"
 
 
 def _sglang_class() -> type[Target]:
@@ -68,28 +68,26 @@ def target_ops(config: dict[str, Any]) -> frozenset[str]:
 
 
 def target_problem(config: dict[str, Any]) -> str | None:
-    """Why the config's target cannot be built here (one line), or None; cheap: sglang is not imported."""
+    """Why the config's target cannot be built here (one line), or None; sglang's capabilities are probed (once
+    per process), its pools are not built."""
     name = config.get("target", "reference")
     if name not in TARGETS:
         return f"target {name!r} is not one of {', '.join(sorted(TARGETS))}"
     if name == "reference":
         return None
-    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+    from impl.upstream.dialects import unsupported_reason
     from impl.upstream.target import _unsupported
 
     problem = _unsupported(pool_config(config), FaultSet.of(config.get("faults", [])))
     if problem:
         return problem
-    try:
-        installed_version()
-    except UnsupportedUpstream as exc:
-        return f"target 'sglang' needs upstream SGLang: {exc} (python: {SGLANG_VENVS})"
-    return None
+    reason = unsupported_reason()
+    return None if reason is None else f"target 'sglang' needs upstream SGLang: {reason} (python: {SGLANG_VENVS})"
 
 
 def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
     """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
-    installed version has one, and its Triton kernels (interpreted on CPU) where it has none (0.5.18): the pool
+    installed sglang has one, and its Triton kernels (interpreted on CPU) where it has none: the pool
     shapes name the torch backend, which only the reference honours at every version. On the upstream target a
     speculative shape runs without its speculative steps."""
     moved = {**config, "target": target}
@@ -104,13 +102,18 @@ def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
 
 
 def installed_sglang() -> str | None:
-    """The installed sglang version, or None where there is none (the main venv)."""
-    from impl.upstream.dialects import UnsupportedUpstream, installed_version
+    """The installed sglang version where the adapter can speak it, or None (the main venv; `sglang_problem` says
+    why)."""
+    from impl.upstream.dialects import capabilities, unsupported_reason
 
-    try:
-        return installed_version()
-    except UnsupportedUpstream:
-        return None
+    return None if unsupported_reason() else capabilities().version
+
+
+def sglang_problem() -> str | None:
+    """Why the upstream target cannot run here (sglang absent, or lacking a capability the adapter needs), or None."""
+    from impl.upstream.dialects import unsupported_reason
+
+    return unsupported_reason()
 
 
 def make_target(config: dict[str, Any]) -> Target:

@@ -366,10 +366,10 @@ def check_components(version: str, report: Report, cases: int | None) -> None:
     printed (each is triaged in docs/upstream-findings.md), and a unit that breaks it is a mismatch."""
     from fuzz.components.cli import refusal_paths
     from fuzz.components.contract import differences
-    from fuzz.components.search import DEFAULT_EXAMPLES, fuzz_unit, unavailable_units, units_for
+    from fuzz.components.search import DEFAULT_EXAMPLES, fuzz_unit, target_key, unavailable_units, units_for
 
     report.say(f"component lockstep on sglang {version} (its own contract):")
-    for line in unavailable_units("sglang") + differences(version):
+    for line in unavailable_units("sglang") + differences(target_key("sglang")):
         report.say(f"  not driven: {line}")
     for spec in units_for("sglang"):
         result = fuzz_unit(spec, "sglang", cases or DEFAULT_EXAMPLES, 0)

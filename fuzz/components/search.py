@@ -55,12 +55,16 @@ class UnitResult:
 
 
 def target_key(target: str) -> str:
-    """The contract key of a target: 'reference', or the installed sglang version for 'sglang'."""
+    """The contract key of a target: 'reference', or for 'sglang' the installed version where a contract names it,
+    else the closest release at or before it (a source checkout is judged by the release it grew from)."""
     if target == "reference":
         return "reference"
-    from impl.upstream.dialects import installed_version
+    from fuzz.components.contract import CONTRACTS
+    from impl.upstream.dialects import supported_version
+    from impl.upstream.releases import closest_release
 
-    return installed_version()
+    version = supported_version()
+    return version if version in CONTRACTS else closest_release(version).version
 
 
 def units_for(target: str) -> list[UnitSpec]:

@@ -39,6 +39,7 @@ RUNTIME_CONTEXT = "sglang.srt.runtime_context"
 SERVER_ARGS = "sglang.srt.server_args"
 SAMPLING_PARAMS = "sglang.srt.sampling.sampling_params"
 PD_DECODE = "sglang.srt.disaggregation.decode"
+REGISTRY = "sglang.srt.mem_cache.registry"
 # The order in which the adapter builds `ScheduleBatch.init_new`'s positional arguments.
 INIT_NEW_PARAMS = (
     "reqs",
@@ -200,6 +201,12 @@ def req_lock(up: Upstream) -> bool:
     return _has(up.req, "lock")
 
 
+@_probe
+def lock_receipt(up: Upstream) -> bool:
+    """A request keeps the receipt of its lock on `req.last_node` (`req.lock_receipt`, `DecLockRefParams`)."""
+    return _has(up.req, "lock_receipt")
+
+
 # -- release, stash, retract ----------------------------------------------------------------------------------
 
 
@@ -312,6 +319,18 @@ def walk_for_kv_canary(up: Upstream) -> bool:
 def radix_key_walk(up: Upstream) -> bool:
     """`RadixKey.page_aligned`, `child_key` and `match`, for a read-only walk of a `RadixCache`."""
     return _has(up.attr(RADIX_CACHE, "RadixKey"), "page_aligned", "child_key", "match")
+
+
+@_probe
+def collect_full_device_indices(up: Upstream) -> bool:
+    """`UnifiedTreeCore.collect_full_device_indices` and `root_node_handle`, a path's slots from a node id."""
+    return _has(up.attr(UNIFIED_TREE_CORE, "UnifiedTreeCore"), "collect_full_device_indices", "root_node_handle")
+
+
+@_probe
+def tree_cache_factory(up: Upstream) -> bool:
+    """`registry.default_radix_cache_factory(TreeCacheBuildContext)`, which chooses the prefix cache a server builds."""
+    return _has(up.module(REGISTRY), "default_radix_cache_factory", "TreeCacheBuildContext")
 
 
 @_probe
@@ -455,6 +474,7 @@ class Capabilities:
     extend_end: bool = False
     set_extend_range: bool = False
     req_lock: bool = False
+    lock_receipt: bool = False
     release_kv_cache_params: tuple[str, ...] = ()
     release_checkpoint: bool = False
     release_is_insert: bool = False
@@ -473,6 +493,8 @@ class Capabilities:
     match_full_device_prefix: bool = False
     walk_for_kv_canary: bool = False
     radix_key_walk: bool = False
+    collect_full_device_indices: bool = False
+    tree_cache_factory: bool = False
     tree_core_backend: bool = False
     rust_core_fallback: str = "no Rust tree core is registered"
     tree_cores: tuple[str, ...] = ()
@@ -504,10 +526,12 @@ ADAPTER_NEEDS = (
     "release_checkpoint|release_is_insert",
     "checkpoint_kv_cache|maybe_cache_unfinished_req",
     "release_req",
+    "tree_cache_factory",
     "chunk_cache|unified_radix_cache",
     "radix_cache|unified_radix_cache",
     "cache_lock|inc_lock_ref",
     "evict_params",
+    "walk_for_kv_canary|radix_key_walk",
 )
 
 

@@ -2,8 +2,8 @@
 
 The same surface as `impl.components` (lists of ints in, plain values out), over `ReqToTokenPool`,
 `TokenToKVPoolAllocator` and `PagedTokenToKVPoolAllocator` as `impl.upstream.dialects` imports and builds them.
-Where the two pinned versions keep a field differently (the record, the free-group flag, the staged pages), the
-adapter reads each version's own; it never changes what a method does.
+Where releases keep a field differently (the record, the free-group flag, the staged pages), the dialect reads
+the installed one's, chosen by capability; it never changes what a method does.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from impl.components import ROW_WIDTH, ROWS, TOKENS, UnitSpec, pages_of
-from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, load_dialect
+from impl.upstream.dialects import Dialect, load_dialect
 
 # The allocator's free methods the fuzzer may call, where the installed class has them.
 FREE_METHODS = ("free", "free_full", "free_segment", "free_full_segment", "free_page_ids")
@@ -103,22 +103,12 @@ class UpstreamRows:
         return self.dialect.row(req)
 
     def hold(self, req: Any, length: int) -> None:
-        """Write the record a request has after its first chunk of `length` tokens on its row (each version's)."""
-        if self.dialect.version == "0.5.18":
-            req.kv = self.dialect.schedule_batch.ReqKvInfo(kv_allocated_len=length, swa_evicted_seqlen=0)
-            req.kv_committed_len = length
-        else:
-            req.kv.kv_allocated_len = req.kv.kv_committed_len = length
+        """Write the record a request has after its first chunk of `length` tokens on its row."""
+        self.dialect.hold_record(req, length)
 
     def make_stale(self, req: Any, row: int, committed_len: int) -> None:
         """A released record that still names `row`, as a release that skipped `ReqToTokenPool.free` leaves it."""
-        self.dialect.set_row(req, row)
-        if self.dialect.version == "0.5.18":
-            req.kv = None  # 0.5.18's release drops the record
-            req.kv_committed_len = committed_len
-        else:
-            req.kv.kv_committed_len = committed_len
-            req.kv.mark_kv_released()
+        self.dialect.make_stale(req, row, committed_len)
 
     def take_hook_calls(self) -> list[list[int]] | None:
         """The rows each alloc-rows hook call reported since the last take; None where the version has no hook."""
@@ -209,13 +199,11 @@ class UpstreamAllocator:
         return self.dialect.release_slots(self.raw).tolist()
 
     def in_group(self) -> bool:
-        if self.dialect.version == "0.5.18":
-            return not self.raw.is_not_in_free_group
-        return self.raw.free_group is not None
+        return self.dialect.in_free_group(self.raw)
 
     def pending_pages(self) -> list[int]:
         """Pages an open free group holds: its slot frees (deduplicated, as the end frees them in one call) and
-        its page frees (0.5.23's `free_page_ids_group` of page ids, 0.5.18's `free_page_reps_group` of slots)."""
+        its page frees (`free_page_ids_group` of page ids, or the older `free_page_reps_group` of slots)."""
         if not self.in_group():
             return []
         group = self.raw.free_group
@@ -275,9 +263,9 @@ def decode_pool_problem() -> str | None:
 
 def upstream_units() -> list[UnitSpec]:
     """Every upstream unit of the installed version: the row pool, the page-size-1 allocator and the paged one at
-    page sizes 4 and 16 on every kernel backend the version has, each with `need_sort` off and on."""
+    page sizes 4 and 16 on every kernel backend it has, each with `need_sort` off and on."""
     dialect = load_dialect()
-    backends = ("torch", "triton") if PAGED_NAIVE_PATH[dialect.version] else ("triton",)
+    backends = ("torch", "triton") if dialect.caps.paged_kernels_attr else ("triton",)
     specs = [UnitSpec("rows", "rows", lambda: UpstreamRows(dialect), "ReqToTokenPool")]
     for need_sort in (False, True):
         sort = "-sort" if need_sort else ""

@@ -1,19 +1,19 @@
-"""How each supported sglang version spells the pool's calls and the KV record; the target speaks through one.
+"""How the installed sglang spells the pool's calls and the KV record; the target speaks through one `Dialect`.
 
-Between 0.5.18 and 0.5.23 the record moved. 0.5.18 keeps `req_pool_idx`, `kv_committed_len` and
-`cache_protected_len` on `Req`, and `req.kv` is an optional `ReqKvInfo(kv_allocated_len, swa_evicted_seqlen)`
-that release sets to None. 0.5.23 keeps all of them in `req.kv`, a `ReqKvInfo` that is never None and that
-release marks (`mark_kv_released`). The chunk cache moved too: 0.5.18's `ChunkCache` became, in 0.5.23, a
-`UnifiedRadixCache` built with `disable=True` (what sglang builds for `--disable-radix-cache`).
+Every spelling is chosen by capability (`impl.upstream.capabilities.probe()`: attributes, signatures, modules
+present), never by version number, so a release between two known ones, or a source checkout, is spoken as
+far as its API goes; a sglang lacking something the adapter needs is `UnsupportedUpstream`, one line naming it.
+What moved between releases: the record (0.5.18 keeps `req_pool_idx`, `kv_committed_len`, `cache_protected_len`
+on `Req`, with an optional `req.kv` that release sets to None; later releases keep all of them in a `req.kv`
+that release marks), the prefix (`prefix_indices` / `prefix_len`), the extend range, the tree lock (`last_node`,
+a receipt, a handle), the stash and release calls, and the prefix cache, which upstream's own factory chooses.
 """
 
 from __future__ import annotations
 
-import abc
 import copy
 import dataclasses
 import functools
-import importlib.metadata
 import types
 from array import array
 from collections.abc import Callable
@@ -22,47 +22,57 @@ from typing import Any
 import torch
 
 from impl.target import PoolConfig, RecordView
+from impl.upstream.capabilities import ADAPTER_NEEDS, Capabilities, missing, probe
 from impl.upstream.compat import prepare_sglang_import
+from impl.upstream.trees import EMPTY_TREE, EvictionLog, NoTree, TreeView, tree_for
 
-SUPPORTED_VERSIONS = ("0.5.18", "0.5.23")
-# Whether `PagedTokenToKVPoolAllocator` can run its naive torch path: 0.5.23 has the `use_triton_kernels`
-# switch; 0.5.18 always launches `alloc_extend_kernel` / `alloc_decode_kernel`.
-PAGED_NAIVE_PATH = {"0.5.18": False, "0.5.23": True}
-# The tree cores `UnifiedRadixCache` can be built on (`CacheInitParams.tree_core_backend`), servers' first; 0.5.18's
-# radix tree is one Python class.
-TREE_CORES = {"0.5.18": (), "0.5.23": ("rust", "python")}
+__all__ = ["EMPTY_TREE", "Dialect", "EvictionLog", "TreeView", "UnsupportedUpstream", "load_dialect"]
+
 SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
+# The class each `PoolConfig.tree_core` builds (`unified_cache/tree_core_registry.py`).
+TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
+# The chunked-prefill size the factory's context names: chunking on, as the harness drives it (a chunk cache
+# is what sglang builds for `--disable-radix-cache` only when chunked prefill is on).
+CHUNKED_PREFILL_SIZE = 8192
 
 
 class UnsupportedUpstream(RuntimeError):
-    """sglang is not installed here, or is a version the adapter does not speak."""
+    """sglang is not installed here, or lacks a capability the adapter needs."""
 
 
-@functools.cache
-def installed_version_or_none() -> str | None:
-    """The installed sglang version, or None when sglang is absent; reads package metadata once per process
-    (parsing it costs about as much as building a pool)."""
-    try:
-        return importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+def capabilities() -> Capabilities:
+    """The installed sglang's capabilities, probed once per process (all absent where there is none)."""
+    return probe()
+
+
+def unsupported_reason(caps: Capabilities | None = None) -> str | None:
+    """Why the adapter cannot speak the installed sglang (one line), or None."""
+    caps = capabilities() if caps is None else caps
+    if caps.version is None:
+        return f"sglang is not installed in this environment; {SETUP_HINT}"
+    return missing(ADAPTER_NEEDS, caps)
+
+
+def supported_version() -> str:
+    """The installed sglang's version, once its capabilities meet the adapter's needs (else `UnsupportedUpstream`)."""
+    caps = capabilities()
+    problem = unsupported_reason(caps)
+    if problem:
+        raise UnsupportedUpstream(problem)
+    assert caps.version is not None
+    return caps.version
 
 
 def tree_cores() -> tuple[str, ...]:
-    """The tree cores of the installed version (none where there is no sglang or its tree has no cores)."""
-    return TREE_CORES.get(installed_version_or_none() or "", ())
+    """The tree cores the installed sglang can name and build (none where there is no sglang or no choice)."""
+    return capabilities().tree_cores
 
 
-def installed_version() -> str:
-    """The installed sglang version, checked against the versions the adapter speaks."""
-    version = installed_version_or_none()  # read once per process
-    if version is None:
-        raise UnsupportedUpstream(f"sglang is not installed in this environment; {SETUP_HINT}")
-    if version not in SUPPORTED_VERSIONS:
-        raise UnsupportedUpstream(
-            f"sglang {version} is not supported by the upstream target; supported: {', '.join(SUPPORTED_VERSIONS)}"
-        )
-    return version
+def paged_naive_path() -> bool:
+    """Whether the paged allocator has a naive torch path beside its Triton kernels (True without sglang: the
+    check is then left to `load_dialect`)."""
+    caps = capabilities()
+    return caps.version is None or caps.paged_kernels_attr
 
 
 # The process-wide config sglang's pool code reads (get_spec, get_serving, attention_backends): no speculative
@@ -70,14 +80,12 @@ def installed_version() -> str:
 SERVER_ARGS = {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
 
 
-class Dialect(abc.ABC):
-    """The calls both versions share; subclasses add what differs (record fields, stash, release, cache)."""
+class Dialect:
+    """The installed sglang's calls, each spelled as its capabilities say."""
 
-    version = ""
-    # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can refuse.
-    glue_fields: tuple[str, ...] = ()
-
-    def __init__(self) -> None:
+    def __init__(self, caps: Capabilities) -> None:
+        self.caps = caps
+        self.version = caps.version or ""
         prepare_sglang_import()
         from sglang.srt.managers import schedule_batch
         from sglang.srt.mem_cache import allocator, common, memory_pool
@@ -94,6 +102,17 @@ class Dialect(abc.ABC):
         self.no_speculation = SpeculativeAlgorithm.NONE
         self.server_args = ServerArgs(**SERVER_ARGS)
         publish(self.server_args, role="scheduler")
+        # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can
+        # refuse.
+        self.glue_fields = (
+            "origin_input_ids",
+            "full_untruncated_fill_ids",
+            "prefix_len" if caps.prefix_len else "prefix_indices",
+            "extend_end" if caps.extend_end else "extend_range",
+            "last_node",
+            *(("lock",) if caps.req_lock else ("lock_receipt",) if caps.lock_receipt else ()),
+            "finished_reason",
+        )
 
     def new_pool(self, rows: int, width: int) -> Any:
         return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
@@ -108,26 +127,43 @@ class Dialect(abc.ABC):
         self.select_kernels(paged, kernels)
         return paged
 
+    def select_kernels(self, paged: Any, kernels: bool) -> None:
+        """Point the paged allocator at its Triton kernels or its naive path (refused where it has no switch)."""
+        if self.caps.paged_kernels_attr:
+            # Upstream reads the switch from the platform's Triton support (False on CPU); its interpreted
+            # kernels run because the adapter set TRITON_INTERPRET=1 before importing sglang.
+            paged.use_triton_kernels = kernels
+        elif not kernels:
+            # No switch: alloc_extend / alloc_decode always launch the Triton kernels (interpreted on CPU).
+            raise ValueError(f"sglang {self.version}'s paged allocator has no naive path; use kernel_backend 'triton'")
+
+    def in_free_group(self, allocator: Any) -> bool:
+        """Whether the allocator's free group is open."""
+        if self.caps.is_not_in_free_group:  # a flag beside an always-present list
+            return not allocator.is_not_in_free_group
+        return allocator.free_group is not None
+
     def free_group(self, allocator: Any) -> tuple[bool, torch.Tensor]:
         """Whether the allocator's free group is open, and the pages (slots at page size 1) freed into it, each as
         often as the group's end will release it: the slot tensors `free` deferred (deduplicated per page, as
         the paged free's `unique`) and the page ids or representatives the segment frees deferred."""
-        if hasattr(allocator, "is_not_in_free_group"):  # 0.5.18: a flag beside an always-present list
-            is_open = not allocator.is_not_in_free_group
-        else:
-            is_open = allocator.free_group is not None
+        is_open = self.in_free_group(allocator)
         ps = allocator.page_size
         slots = list(allocator.free_group or []) if is_open else []
         pages = [torch.cat(slots)] if slots and ps == 1 else [torch.unique(torch.cat(slots) // ps)] if slots else []
         if hasattr(allocator, "free_page_ids_group"):
-            pages += list(allocator.free_page_ids_group)  # 0.5.23: page ids
+            pages += list(allocator.free_page_ids_group)  # page ids
         else:
-            pages += [reps // ps for reps in getattr(allocator, "free_page_reps_group", [])]  # 0.5.18: slot reps
+            pages += [reps // ps for reps in getattr(allocator, "free_page_reps_group", [])]  # slot representatives
         pending = torch.cat(pages).to(torch.int64) if pages and is_open else torch.empty(0, dtype=torch.int64)
         return is_open, pending
 
     def release_slots(self, allocator: Any) -> torch.Tensor:
-        """The freed pages waiting for a merge under `need_sort` (`release_pages`), oldest first."""
+        """The freed pages waiting for a merge under `need_sort`, oldest first: the `release_pages` tensor, or
+        the paged allocator's `staged_pages` list of tensors (newest last) where it stages them."""
+        if allocator.page_size > 1 and self.caps.staged_pages:
+            staged = allocator.staged_pages
+            return torch.cat(staged[::-1]) if staged else torch.empty(0, dtype=torch.int64)
         pages = allocator.release_pages
         return torch.empty(0, dtype=torch.int64) if pages is None else pages.clone()
 
@@ -136,6 +172,8 @@ class Dialect(abc.ABC):
         cache.reset()
         pool.clear()
         allocator.clear()
+        if self.caps.reset_aux_cache_allocator:
+            pool.reset_aux_cache_allocator()  # flush_cache resets the row pool's aux cache where it has one
 
     def mark_aborted(self, req: Any) -> None:
         """What `prepare_abort` leaves on an aborted request (its finish reason)."""
@@ -193,127 +231,243 @@ class Dialect(abc.ABC):
 
     # -- the prefix cache --------------------------------------------------------------------------------
 
-    @abc.abstractmethod
     def new_cache(self, pool: Any, allocator: Any, config: PoolConfig) -> Any:
-        """The prefix cache sglang builds for `config.cache`: with the radix tree disabled ('chunk'), or its
-        default radix tree ('radix', on `config.tree_core` where the version has tree cores)."""
+        """The prefix cache upstream's factory builds for a full-attention model: for `--disable-radix-cache`
+        ('chunk'), or its default radix tree ('radix', on `config.tree_core` where the tree core can be named,
+        checked, since a core that cannot load falls back to the Python one silently)."""
+        from sglang.srt.mem_cache import registry
+        from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 
-    @abc.abstractmethod
+        radix = config.cache == "radix"
+        core = {"tree_core_backend": config.tree_core} if radix and self.caps.tree_core_backend else {}
+        params = CacheInitParams(
+            disable=not radix,
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            page_size=config.page_size,
+            **core,
+        )
+        cache = registry.default_radix_cache_factory(_build_context(registry, self.server_args, params, radix))
+        built = type(getattr(cache, "tree_core", None)).__name__
+        if core and built != TREE_CORE_CLASSES[config.tree_core]:
+            raise ValueError(f"tree core {config.tree_core!r} asked for, sglang built {built} (it fell back)")
+        return cache
+
+    def tree(self, cache: Any) -> NoTree:
+        return tree_for(cache, self.caps)
+
     def lock(self, req: Any, cache: Any) -> None:
         """PrefillAdder's lock on the node a fresh match ended at (`add_one_req`)."""
+        if self.caps.req_lock:
+            req.lock = cache.lock(req.last_node)
+        elif self.caps.lock_receipt:
+            req.lock_receipt = cache.inc_lock_ref(req.last_node).to_dec_params()
+        else:
+            cache.inc_lock_ref(req.last_node)
 
-    @abc.abstractmethod
     def unlock(self, req: Any, cache: Any) -> None:
         """Undo `lock`, for an extend refused after its match (the scheduler would not have admitted it)."""
+        if self.caps.req_lock:
+            cache.unlock(req.lock)
+            req.lock = None
+        elif self.caps.lock_receipt:
+            cache.dec_lock_ref(req.last_node, req.lock_receipt)
+        else:
+            cache.dec_lock_ref(req.last_node)
 
-    @abc.abstractmethod
     def lock_handle(self, req: Any) -> Any:
-        """What the request holds its tree lock by (0.5.23 `req.lock`, 0.5.18 `req.last_node`)."""
+        """What the request holds its tree lock by (`req.lock`, `req.lock_receipt` or `req.last_node`)."""
+        if self.caps.req_lock:
+            return req.lock
+        return req.lock_receipt if self.caps.lock_receipt else req.last_node
 
-    @abc.abstractmethod
     def tree_locked(self, req: Any, cache: Any) -> bool:
         """Whether the request holds a lock on a tree node below the root."""
+        if self.caps.req_lock:
+            return req.lock is not None and self.tree(cache).node_locked(cache, req.lock.node)
+        # Without a handle, release unlocks `last_node` but leaves it on the request until the next match (or
+        # `reset_for_retract`), and lock counts are per node, not per holder: a request holds its lock while it
+        # holds its row. A lock the release forgot shows in the tree's protected count, which the lock-holder
+        # invariant compares with the records that still hold one.
+        return self.row(req) is not None and self.tree(cache).node_locked(cache, req.last_node)
 
-    @abc.abstractmethod
     def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
         """The length a fresh match of `token_ids` would find, and the slots of the matched path that sit on
         unlocked nodes, read without splitting a node or touching access times."""
+        return self.tree(cache).peek(cache, token_ids)
 
-    @abc.abstractmethod
     def tree_view(self, cache: Any) -> TreeView:
-        """The cache's slots, recount and own consistency check (`EMPTY_TREE` for a disabled tree)."""
+        """The cache's slots, recount and own consistency check (`EMPTY_TREE` without a tree)."""
+        return self.tree(cache).view(cache)
 
-    @abc.abstractmethod
     def watch_evictions(self, cache: Any, allocator: Any, on_demand: bool) -> EvictionLog:
         """Hooks on this cache instance that log every on-demand eviction (or, without `on_demand`, stop it);
         the explicit `evict` goes around them."""
+        return self.tree(cache).watch_evictions(cache, allocator, on_demand)
 
-    @abc.abstractmethod
     def evict(self, cache: Any, num_tokens: int) -> int:
         """The tree's `evict(EvictParams(num_tokens))`, as an explicit step; the tokens it freed."""
+        return self.tree(cache).evict(cache, num_tokens)
 
-    @abc.abstractmethod
-    def select_kernels(self, paged: Any, kernels: bool) -> None:
-        """Point the paged allocator at its Triton kernels or its naive path (refused where the version cannot)."""
+    # -- the record ----------------------------------------------------------------------------------------
 
-    @abc.abstractmethod
-    def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
-        """The scheduler's `release_req` for one retracted request: release without insert, evict for the
-        `remaining` running requests, `reset_for_retract`."""
-
-    @abc.abstractmethod
     def row(self, req: Any) -> int | None:
         """The record's `req_pool_idx`."""
+        return req.kv.req_pool_idx if self.caps.record_in_kv else req.req_pool_idx
 
-    @abc.abstractmethod
     def set_row(self, req: Any, row: int | None) -> None:
         """Write `req_pool_idx` directly, as a bypassed free would have left it."""
+        if self.caps.record_in_kv:
+            req.kv.req_pool_idx = row
+        else:
+            req.req_pool_idx = row
 
-    @abc.abstractmethod
     def committed_len(self, req: Any) -> int:
         """The record's `kv_committed_len`."""
+        return req.kv.kv_committed_len if self.caps.record_in_kv else req.kv_committed_len
 
-    @abc.abstractmethod
     def protected_len(self, req: Any) -> int:
         """The record's `cache_protected_len`."""
+        return req.kv.cache_protected_len if self.caps.record_in_kv else req.cache_protected_len
 
-    @abc.abstractmethod
     def set_protected_len(self, req: Any, length: int) -> None:
         """Write `cache_protected_len` back (a refused extend's rematch may have set it)."""
+        if self.caps.record_in_kv:
+            req.kv.cache_protected_len = length
+        else:
+            req.cache_protected_len = length
 
-    @abc.abstractmethod
+    def allocated_len(self, req: Any) -> int:
+        """The record's `kv_allocated_len` (0 for a record release dropped)."""
+        return 0 if req.kv is None else req.kv.kv_allocated_len
+
+    def hold_record(self, req: Any, length: int) -> None:
+        """Write the record a request has after its first chunk of `length` tokens on its row."""
+        if self.caps.record_always_present:
+            req.kv.kv_allocated_len = length
+        else:
+            req.kv = self.schedule_batch.ReqKvInfo(kv_allocated_len=length, swa_evicted_seqlen=0)
+        if self.caps.record_in_kv:
+            req.kv.kv_committed_len = length
+        else:
+            req.kv_committed_len = length
+
+    def release_record(self, req: Any) -> None:
+        """Mark the record released as release does: `mark_kv_released`, or drop `req.kv`."""
+        if self.caps.mark_kv_released:
+            req.kv.mark_kv_released()
+        else:
+            req.kv = None
+
+    def make_stale(self, req: Any, row: int, committed_len: int) -> None:
+        """A released record that still names `row`, as a release that skipped `ReqToTokenPool.free` leaves it."""
+        self.set_row(req, row)
+        if self.caps.record_in_kv:
+            req.kv.kv_committed_len = committed_len
+        else:
+            req.kv_committed_len = committed_len
+        self.release_record(req)
+
+    def prefix_len(self, req: Any) -> int:
+        return req.prefix_len if self.caps.prefix_len else req.prefix_indices.shape[0]
+
+    def extend_end(self, req: Any) -> int:
+        if self.caps.extend_end:
+            return req.extend_end or 0
+        return 0 if req.extend_range is None else req.extend_range.end
+
     def record_view(self, req: Any, cache: Any, status: str, prompt_len: int | None) -> RecordView:
         """The record, the request's prefix, extend range and tree lock as plain values."""
+        return RecordView(
+            row=self.row(req),
+            protected_len=self.protected_len(req),
+            committed_len=self.committed_len(req),
+            allocated_len=self.allocated_len(req),
+            inflight_middle_chunks=req.inflight_middle_chunks,
+            status=status,
+            prefix_len=self.prefix_len(req),
+            tree_locked=self.tree_locked(req, cache),
+            extend_end=self.extend_end(req),
+            prompt_len=prompt_len,
+        )
 
-    @abc.abstractmethod
+    # -- the lifecycle calls -------------------------------------------------------------------------------
+
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
         """The scheduler's steps before `prepare_for_extend`: match the prefix afresh and lock it (a new or
         released request) or refresh the fill ids only (a continuation), then set the extend range to end at
         `seq_len`."""
+        if rematch:
+            req.init_next_round_input(cache)  # sets the prefix and cache_protected_len from the match
+            self.lock(req, cache)
+        else:
+            req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
+        if self.caps.extend_end:
+            req.extend_end = seq_len  # PrefillAdder's extend range [prefix_len, seq_len)
+        else:
+            req.set_extend_range(self.prefix_len(req), seq_len)
 
-    @abc.abstractmethod
+    def retract(self, req: Any, pool: Any, allocator: Any, cache: Any, remaining: int) -> None:
+        """The scheduler's `release_req` for one retracted request: release without insert, evict for the
+        `remaining` running requests, `reset_for_retract`."""
+        extra = {"server_args": self.server_args} if self.caps.release_req_server_args else {}
+        self.schedule_batch.release_req(
+            req=req,
+            remaing_req_count=remaining,
+            req_to_token_pool=pool,
+            token_to_kv_pool_allocator=allocator,
+            tree_cache=cache,
+            hisparse_coordinator=None,
+            **extra,
+        )
+
     def stash(self, req: Any, cache: Any) -> None:
         """The stash after an extend that leaves the request unfinished (the next chunk reads it)."""
+        if self.caps.checkpoint_kv_cache:
+            self.common.checkpoint_kv_cache(req, cache)
+        else:
+            self.common.maybe_cache_unfinished_req(req, cache, chunked=True)
 
-    @abc.abstractmethod
     def release(self, req: Any, cache: Any, insert: bool) -> None:
         """`release_kv_cache` with insertion into the tree on or off."""
+        if self.caps.release_checkpoint:
+            self.common.release_kv_cache(req, cache, checkpoint=insert)
+        else:
+            self.common.release_kv_cache(req, cache, is_insert=insert)
 
-    @abc.abstractmethod
     def pp_release_manual(self, req: Any, cache: Any) -> None:
         """The hand-written PP-profiling release that `release_kv_cache` replaced."""
+        # Scheduler.profile_and_init_predictor (0.5.18's scheduler_pp_mixin.py) releases its synthetic request
+        # inline with exactly these steps; the mamba step is left out because this pool has no mamba state.
+        # Later releases call release_kv_cache there; the same steps run on their record, for comparison.
+        row = self.row(req)
+        if row is None:
+            return
+        pool = cache.req_to_token_pool
+        cache.token_to_kv_pool_allocator.free(pool.req_to_token[row, : self.extend_end(req)])
+        pool.free(req)
+        self.release_record(req)
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeView:
-    """What the snapshot reads of a prefix cache: its slots (all, and those on unlocked nodes), the token
-    counts a node-by-node recount gives, and the complaint of the tree's own consistency check (None: none)."""
-
-    slots: torch.Tensor
-    evictable_slots: torch.Tensor
-    evictable_recount: int
-    protected_recount: int
-    problem: str | None = None
-
-
-def slot_tensor(slots: list[int]) -> torch.Tensor:
-    return torch.tensor(slots, dtype=torch.int64)
-
-
-EMPTY_TREE = TreeView(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64), 0, 0)
-
-
-class EvictionLog:
-    """The tree's on-demand evictions as (tokens asked, tokens freed), appended by the hooks `watch_evictions`
-    installs on one cache instance; `enabled` False turns on-demand eviction off there."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.entries: list[tuple[int, int]] = []
-
-    def take(self) -> list[tuple[int, int]]:
-        taken, self.entries = self.entries, []
-        return taken
+def _build_context(registry: Any, server_args: Any, params: Any, radix: bool) -> Any:
+    """`TreeCacheBuildContext` for a full-attention, single-rank scheduler without a worker or a model config,
+    given by field name (releases add and drop fields)."""
+    known = {
+        "server_args": server_args,
+        "params": params,
+        "is_hybrid_swa": False,
+        "is_hybrid_ssm": False,
+        "enable_hierarchical_cache": False,
+        "disable_radix_cache": not radix,
+        "effective_chunked_prefill_size": CHUNKED_PREFILL_SIZE,
+        "tp_worker": None,
+        "model_config": None,
+        "tp_size": 1,
+        "tp_rank": 0,
+        "tp_group": None,
+    }
+    fields = {f.name for f in dataclasses.fields(registry.TreeCacheBuildContext)}
+    return registry.TreeCacheBuildContext(**{name: value for name, value in known.items() if name in fields})
 
 
 def _copy_batch(batch: Any) -> Any:
@@ -333,8 +487,5 @@ def _model_config() -> types.SimpleNamespace:
 @functools.cache
 def load_dialect() -> Dialect:
     """Import the installed sglang (once per process) and return the dialect that speaks it."""
-    version = installed_version()
-    from impl.upstream import v0518, v0523
-
-    dialect: Dialect = v0523.Dialect0523() if version == "0.5.23" else v0518.Dialect0518()
-    return dialect
+    supported_version()
+    return Dialect(capabilities())

@@ -22,7 +22,7 @@ from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
-from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
+from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
 # The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
@@ -43,10 +43,9 @@ class _Request:
 
 
 def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
-    """Why the upstream target cannot build this pool, or None. Reads the installed sglang version from package
-    metadata only (no import); without sglang the version-specific check is left to `load_dialect`."""
-    version = installed_version_or_none()
-    naive = PAGED_NAIVE_PATH.get(version or "", True)
+    """Why the upstream target cannot build this pool, or None. Reads the installed sglang's capabilities (probed
+    once per process); without sglang the check of its API is left to `load_dialect`."""
+    naive = config.page_size == 1 or config.kernel_backend == "triton" or paged_naive_path()
     checks = [
         (not faults.names, f"faults are not supported on the upstream target (asked for {', '.join(faults.sorted())})"),
         (config.device == "cpu", f"the upstream target runs on 'cpu' only, got {config.device!r}"),
@@ -58,8 +57,9 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
         (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
         # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
         (
-            config.page_size == 1 or config.kernel_backend == "triton" or naive,
-            f"sglang {version}'s paged allocator always launches its Triton kernels; use kernel_backend 'triton'",
+            naive,
+            f"sglang {capabilities().version}'s paged allocator always launches its Triton kernels; "
+            "use kernel_backend 'triton'",
         ),
     ]
     return next((message for ok, message in checks if not ok), None)
