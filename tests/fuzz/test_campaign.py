@@ -16,24 +16,13 @@ import pytest
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 from fuzz.__main__ import main as fuzz_main
-from fuzz.campaign import (
-    DUPLICATE,
-    EXIT_FAILED,
-    NEW_GROUP,
-    NEW_SHAPE,
-    SEEN,
-    Plan,
-    add_finding,
-    configurations,
-    last_unit_examples,
-    parse_duration,
-    parse_shard,
-    run_campaign,
-    run_unit,
-    unit_configuration,
-    unit_seed,
-)
-from fuzz.campaign_report import markdown
+from fuzz.campaign.cli import parse_duration, parse_shard
+from fuzz.campaign.findings import DUPLICATE, NEW_GROUP, NEW_SHAPE, SEEN, add_finding
+from fuzz.campaign.plan import Plan, configurations, last_unit_examples, unit_configuration, unit_seed
+from fuzz.campaign.report import markdown
+from fuzz.campaign.report_data import EXIT_FAILED
+from fuzz.campaign.supervisor import run_campaign
+from fuzz.campaign.unit import UnitHooks, run_unit
 from fuzz.machine import SWARMS
 from fuzz.profiles import DEFAULT_POOL, POOLS
 from fuzz.replay import load_trace
@@ -115,7 +104,8 @@ def test_a_failing_step_is_on_disk_before_the_shrink(tmp_path: Path, monkeypatch
         "test",
     )
     seen: list[Trace] = []
-    result = run_unit(plan, 0, 0, 50, lambda recorder: None, lambda path: seen.append(load_trace(path, None)))
+    hooks = UnitHooks(lambda progress: None, lambda path: seen.append(load_trace(path, None)))
+    result = run_unit(plan, plan.unit(0, 0, 50), hooks)
     assert len(seen) == 1 and seen[0].meta["shrunk"] is False and seen[0].failure is not None
     assert result.counterexample is not None and result.shrunk
     final = load_trace(Path(result.counterexample), None)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import fuzz.__main__ as fuzz_cli
-import fuzz.campaign
+import fuzz.campaign.resume
 import fuzz.emit
 import fuzz.lockstep
 import fuzz.mutants
@@ -152,7 +152,7 @@ def _campaign_found(tmp: Path, _: pytest.MonkeyPatch) -> int:
 def _campaign_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
     (tmp / "out").mkdir()
     shutil.copy(_failing_trace(tmp), tmp / "out" / "earlier.json")
-    mp.setattr(fuzz.campaign, "replay", _planted)  # the re-check of --out crashes kvlife, not the pool
+    mp.setattr(fuzz.campaign.resume, "replay", _planted)  # the re-check of --out crashes kvlife, not the pool
     return _campaign(tmp)
 
 
