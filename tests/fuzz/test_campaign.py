@@ -25,7 +25,7 @@ from fuzz.campaign.supervisor import run_campaign
 from fuzz.campaign.unit import UnitHooks, run_unit
 from fuzz.machine import SWARMS
 from fuzz.profiles import DEFAULT_POOL, POOLS
-from fuzz.replay import load_trace
+from fuzz.replay import load_trace, replay
 from model.trace import Failure, Step, Trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,9 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     (path,) = _counterexamples(out)
     trace = load_trace(path, None)
     assert trace.failure is not None and trace.config["faults"] == [FAULT]
+    recorded = (trace.failure.step, trace.failure.kind, trace.failure.id)
+    replayed = replay(trace).failure
+    assert replayed is not None and (replayed.step, replayed.kind, replayed.id) == recorded
     assert fuzz_main(["replay", str(path)]) == 1
 
     rerun = subprocess.run(
@@ -83,6 +86,8 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     assert not any(line.startswith("[") for line in lines[:resumed]), "progress came before the re-check"
     report = json.loads((out / "report.json").read_text())
     assert [(r["file"], r["status"]) for r in report["rechecked"]] == [(str(path), "reproduces")]
+    rechecked = report["rechecked"][0]["failure"]
+    assert (rechecked["step"], rechecked["kind"], rechecked["id"]) == recorded
     assert load_trace(path, None).meta["shrunk"] is not False, "a trace left unshrunk was not trimmed on resume"
     assert sum(g["count"] for g in report["groups"]) >= 1 and report["exit_code"] == 1
     assert not any(g["false_alarm"] for g in report["groups"])

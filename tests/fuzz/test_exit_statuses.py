@@ -26,6 +26,7 @@ import fuzz.emit
 import fuzz.lockstep
 import fuzz.mutants
 import fuzz.profiles
+import fuzz.replay
 import fuzz.run
 import fuzz.upstream_verify
 import model.__main__ as model_cli
@@ -103,6 +104,16 @@ def _run_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
 
 
 # -- replay and emit ------------------------------------------------------------------------------------------
+
+
+def _replay_failing(tmp: Path, _: pytest.MonkeyPatch) -> int:
+    """Exit 1, and the failure the pool shows is the one the file records: its step, kind and id."""
+    path = _failing_trace(tmp)
+    trace = fuzz.replay.load_trace(path, None)
+    found = fuzz.replay.replay(trace).failure
+    assert trace.failure is not None and found is not None
+    assert (found.step, found.kind, found.id) == (trace.failure.step, trace.failure.kind, trace.failure.id)
+    return _exit(["replay", str(path)])
 
 
 def _replay_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
@@ -223,7 +234,7 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("python -m fuzz run", 2): lambda tmp, mp: _run(tmp, mp, TINY, "--out", str(_trace_file(tmp) / "sub")),
     ("python -m fuzz run", 70): _run_internal,
     ("python -m fuzz replay", 0): lambda tmp, mp: _exit(["replay", str(_trace_file(tmp))]),
-    ("python -m fuzz replay", 1): lambda tmp, mp: _exit(["replay", str(_failing_trace(tmp))]),
+    ("python -m fuzz replay", 1): _replay_failing,
     ("python -m fuzz replay", 2): lambda tmp, mp: _exit(["replay", str(_too_big(tmp))]),
     ("python -m fuzz replay", 70): _replay_internal,
     ("python -m fuzz emit", 0): lambda tmp, mp: _exit(["emit", str(_trace_file(tmp)), "--out", str(tmp / "reg")]),
