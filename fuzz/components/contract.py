@@ -51,14 +51,24 @@ STRICT_FLAGS = {
     AllocContract: ("refuses_nested_group", "end_outside_group_noop", "refuses_atomically"),
 }
 
+# 0.5.20 onwards: page-aligned segment starts, refused shared pages, free_segments checked lazily; 0.5.22 onwards
+# the paged allocator checks its capacity before its kernels run.
+_ALLOC_0522 = AllocContract(refuses_atomically=False, segment_starts="aligned", shared_page_segments="refused")
+_ALLOC_0520 = dataclasses.replace(_ALLOC_0522, kernel_reads_within_free_list=False)
+# Keyed by release (behaviour cannot be probed); a version no key names is judged by the closest release at or
+# before it (`fuzz.components.search.target_key`).
 CONTRACTS: dict[str, tuple[RowContract, AllocContract]] = {
     "reference": (
         RowContract(),
         AllocContract(),
     ),
-    "0.5.23": (
-        RowContract(),
-        AllocContract(refuses_atomically=False, segment_starts="aligned", shared_page_segments="refused"),
+    "0.5.23": (RowContract(), _ALLOC_0522),
+    "0.5.22": (RowContract(), _ALLOC_0522),
+    "0.5.21": (RowContract(generation_survives_clear=False), _ALLOC_0520),
+    "0.5.20": (RowContract(generation_survives_clear=False), _ALLOC_0520),
+    "0.5.19": (
+        RowContract(generation_survives_clear=False),
+        AllocContract(refuses_nested_group=False, kernel_reads_within_free_list=False),
     ),
     "0.5.18": (
         RowContract(generation_survives_clear=False, refuses_stale_reuse=False),
@@ -73,6 +83,48 @@ DIFFERENCES: dict[tuple[str, str], tuple[Triage, str]] = {
         "upstream bug",
         "free_segments / free_full_segments check page-disjointness lazily (the _page_disjoint generator), so the "
         "segments before one that shares a page are freed before the assert fires",
+    ),
+    ("0.5.22", "refuses_atomically"): (
+        "upstream bug",
+        "as 0.5.23: free_segments / free_full_segments check page-disjointness lazily (_page_disjoint)",
+    ),
+    ("0.5.21", "refuses_atomically"): (
+        "upstream bug",
+        "as 0.5.23: free_segments / free_full_segments check page-disjointness lazily (_page_disjoint)",
+    ),
+    ("0.5.21", "generation_survives_clear"): (
+        "upstream bug",
+        "as 0.5.18: ReqToTokenPool.clear zeroes req_generation (memory_pool.py:365-367); 0.5.22 keeps it",
+    ),
+    ("0.5.20", "refuses_atomically"): (
+        "upstream bug",
+        "as 0.5.23: free_segments / free_full_segments check page-disjointness lazily (_page_disjoint, new here)",
+    ),
+    ("0.5.20", "generation_survives_clear"): (
+        "upstream bug",
+        "as 0.5.18: ReqToTokenPool.clear zeroes req_generation (memory_pool.py:346-348)",
+    ),
+    ("0.5.19", "generation_survives_clear"): (
+        "upstream bug",
+        "as 0.5.18: ReqToTokenPool.clear zeroes req_generation (memory_pool.py:338-340)",
+    ),
+    ("0.5.19", "refuses_nested_group"): (
+        "contract difference",
+        "as 0.5.18: free_group_begin has no nesting assert (allocator/base.py:96-97), a nested begin drops the "
+        "pending frees; 0.5.20 asserts",
+    ),
+    ("0.5.19", "kernel_reads_within_free_list"): (
+        "upstream bug",
+        "as 0.5.18: PagedTokenToKVPoolAllocator.alloc_extend launches its Triton kernel before any capacity check",
+    ),
+    ("0.5.20", "kernel_reads_within_free_list"): (
+        "upstream bug",
+        "as 0.5.18: alloc_extend launches its Triton kernel before the capacity check (allocator/paged.py:199 only "
+        "merges the free list when it looks short); 0.5.22 checks first",
+    ),
+    ("0.5.21", "kernel_reads_within_free_list"): (
+        "upstream bug",
+        "as 0.5.20: alloc_extend launches its Triton kernel before the capacity check; 0.5.22 checks first",
     ),
     ("0.5.18", "generation_survives_clear"): (
         "upstream bug",
