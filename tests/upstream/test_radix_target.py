@@ -29,15 +29,16 @@ from fuzz.targets import retarget
 from fuzz.upstream_verify import ROOT, load_findings
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
-from impl.upstream.dialects import installed_version, load_dialect, tree_cores
+from impl.upstream.dialects import capabilities, load_dialect, paged_naive_path, supported_version, tree_cores
 from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
+from tests.upstream.known import findings_on
 
-VERSION = installed_version()
-CORES = list(tree_cores()) or ["rust"]  # 0.5.18's tree has no cores; the config's default is then unread
-BACKEND = "triton" if VERSION == "0.5.18" else "torch"  # 0.5.18's paged allocator has no naive path
+VERSION = supported_version()
+CORES = list(tree_cores()) or ["rust"]  # a tree without cores to name: the config's default is then unread
+BACKEND = "torch" if paged_naive_path() else "triton"  # without the kernel switch there is no naive path
 QUICK = replace(PROFILES["ci"], max_examples=60)
 
 
@@ -128,20 +129,37 @@ def test_on_demand_eviction_is_logged_and_off_means_off(core: str) -> None:
 def _plant_lock_leak(monkeypatch: pytest.MonkeyPatch) -> None:
     """A release that never unlocks the request's prefix (the class, patched for this test only)."""
     load_dialect()
-    if VERSION == "0.5.18":
+    if _python_radix_tree():
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
         monkeypatch.setattr(RadixCache, "dec_lock_ref", lambda self, node, params=None: None)
-    else:
-        from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        return
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
+    if capabilities().cache_lock:
         monkeypatch.setattr(UnifiedRadixCache, "unlock", lambda self, lock: None)
+    else:  # a lock by receipt on last_node
+        monkeypatch.setattr(UnifiedRadixCache, "dec_lock_ref", lambda self, node_id, *args, **kwargs: None)
+
+
+def _python_radix_tree() -> bool:
+    """Whether the radix tree upstream's factory builds here is the Python `RadixCache` (else a `UnifiedRadixCache`)."""
+    return type(SglangPool(radix(1, CORES[0])).cache).__name__ == "RadixCache"
+
+
+def _match_node(cache: Any, key: Any) -> Any:
+    """The node a match of `key` ends at: side-effect free where the core has such a match, else a real one."""
+    if capabilities().match_full_device_prefix:
+        return cache.tree_core.match_full_device_prefix(key)[1]
+    from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+    return cache.match_prefix(MatchPrefixParams(key=key)).last_device_node
 
 
 def _plant_counter_drift(monkeypatch: pytest.MonkeyPatch) -> None:
     """An insert that counts one token too many as evictable."""
     load_dialect()
-    if VERSION == "0.5.18":
+    if _python_radix_tree():
         from sglang.srt.mem_cache.radix_cache import RadixCache
 
         insert = RadixCache.insert
@@ -160,8 +178,7 @@ def _plant_counter_drift(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def drifting_unified(self: Any, params: Any) -> Any:
         result = unified_insert(self, params)
-        _, node, _ = self.tree_core.match_full_device_prefix(params.key)
-        self.tree_core.adjust_component_size(node, ComponentType.FULL, 1)
+        self.tree_core.adjust_component_size(_match_node(self, params.key), ComponentType.FULL, 1)
         return result
 
     monkeypatch.setattr(UnifiedRadixCache, "insert", drifting_unified)
@@ -179,9 +196,11 @@ def test_a_planted_tree_bug_is_found_short(
     plant: Callable[[pytest.MonkeyPatch], None],
     kinds: set[str],
 ) -> None:
-    """On radix-p1 (no Triton interpreter on 0.5.18), never drawing the ops of this version's known findings."""
+    """On radix-p1 (no Triton interpreter where there is no naive path), never drawing the ops of this release's
+    known findings."""
     config = retarget({**POOLS["radix-p1"], "faults": [], "tree_core": core}, "sglang")
-    known = frozenset(op for f in load_findings(ROOT / "upstream" / "findings.json") if VERSION in f.versions
+    here = findings_on(VERSION)
+    known = frozenset(op for f in load_findings(ROOT / "upstream" / "findings.json") if f.id in here
                       for op in f.fuzz_exclude)  # fmt: skip
     clean = run(config, QUICK, None, tmp_path / "clean", tmp_path / "db", exclude=known)
     assert clean.counterexample is None, clean.failure_text

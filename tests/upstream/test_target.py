@@ -26,15 +26,18 @@ from impl.engine import ReferencePool
 from impl.faults import FaultSet
 from impl.target import PoolConfig, PoolSnapshot, Refused
 from impl.upstream import compat
-from impl.upstream.dialects import PAGED_NAIVE_PATH, SUPPORTED_VERSIONS, installed_version
+from impl.upstream.dialects import capabilities, paged_naive_path, supported_version
 from impl.upstream.target import SglangPool
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
+from tests.upstream.known import findings_on
 
 CONFIG = PoolConfig(rows=4, tokens=32, width=16)
-VERSION = installed_version()
-# The paged backends this version's allocator can run: 0.5.18 has no naive path.
-PAGED_BACKENDS = ["torch", "triton"] if PAGED_NAIVE_PATH[VERSION] else ["triton"]
+VERSION = supported_version()
+# The paged backends this sglang's allocator can run: without the kernel switch there is no naive path.
+PAGED_BACKENDS = ["torch", "triton"] if paged_naive_path() else ["triton"]
+# The triaged findings of this release (of the closest one at or before a source checkout's version).
+FINDINGS_HERE = findings_on(VERSION)
 PAGED = PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend=PAGED_BACKENDS[0])
 Pool = ReferencePool | SglangPool
 Op = Callable[[Pool], object]
@@ -75,9 +78,8 @@ def refused_unchanged(pool: Pool, op: Op) -> str:
     return str(refusal.value)
 
 
-def test_installed_version_is_one_the_adapter_speaks() -> None:
-    assert installed_version() in SUPPORTED_VERSIONS
-    assert SglangPool(CONFIG).version == installed_version()
+def test_installed_sglang_is_one_the_adapter_speaks() -> None:
+    assert SglangPool(CONFIG).version == supported_version() == capabilities().version
 
 
 def test_torchvision_is_the_stub_and_transformers_saw_none() -> None:
@@ -162,7 +164,7 @@ def test_stale_row_reuse_follows_the_versions_guard() -> None:
     pool.admit(1, 3)
     row_of_1 = pool.snapshot().records[1].row
     assert row_of_1 is not None
-    if pool.version == "0.5.23":
+    if "stale-row-reuse" not in FINDINGS_HERE:
         # The record-based guard (#37167): a released record carries no allocated KV.
         assert "a reused row must carry allocated KV" in refused_unchanged(
             pool, lambda p: p.reuse_released(0, row_of_1, 2)
@@ -201,7 +203,7 @@ def test_extend_after_a_raw_row_free_follows_the_versions_prefix_source() -> Non
     def extend(p: Pool) -> object:
         return p.extend(0, 2)
 
-    if upstream.version == "0.5.18":
+    if capabilities().prefix_indices:
         # The prefix comes from req.prefix_indices, which still name the slots: a fresh row continues the record.
         assert outcome(upstream, extend) == outcome(reference, extend)
         assert plain(upstream.snapshot()) == plain(reference.snapshot())
@@ -222,7 +224,7 @@ def test_stale_row_after_a_raw_free_takes_its_prefix_per_version() -> None:
     for pool in (reference, upstream):
         assert pool.reuse_released(0, row_of_1, 2) == row_of_1
     slots, expected = upstream.snapshot().row_slots[0], reference.snapshot().row_slots[0]
-    if upstream.version == "0.5.18":
+    if capabilities().prefix_indices:
         assert slots == expected  # both write req.prefix_indices, the record's old slots, over request 1's
         return
     # 0.5.23 takes a row holder's prefix from the row itself: request 0 adopts request 1's first slots.
@@ -325,7 +327,7 @@ def test_kernel_backend_picks_upstreams_kernels_or_naive_path(backend: str, monk
 
 
 def test_naive_path_and_kernels_hand_out_the_same_slots() -> None:
-    if not PAGED_NAIVE_PATH[VERSION]:
+    if not paged_naive_path():
         with pytest.raises(ValueError, match="always launches its Triton kernels"):
             SglangPool(PoolConfig(page_size=4, kernel_backend="torch"))
         return
@@ -415,7 +417,8 @@ def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
     after, expected = plain(upstream.snapshot()), plain(reference.snapshot())
     # The reference keeps generations monotonic across a flush, as 0.5.23 does; 0.5.18 zeroes them (finding
     # clear-zeroes-generations).
-    assert after.pop("row_generation") == (generation_before if VERSION != "0.5.18" else [0] * (CONFIG.rows + 1))
+    zeroed = "clear-zeroes-generations" in FINDINGS_HERE
+    assert after.pop("row_generation") == ([0] * (CONFIG.rows + 1) if zeroed else generation_before)
     assert expected.pop("row_generation") == generation_before
     assert after == expected
 

@@ -4,53 +4,51 @@ for, configs it cannot build (checked before sglang is imported). `upstream/setu
 
 from __future__ import annotations
 
-import importlib.metadata
-from collections.abc import Iterator
+import dataclasses
 
 import pytest
 
 from fuzz.profiles import POOLS
-from fuzz.targets import retarget, target_problem
+from fuzz.targets import SGLANG_VENVS, retarget, target_problem
 from impl.faults import FaultSet
 from impl.target import PoolConfig
 from impl.upstream import dialects, target
+from impl.upstream.capabilities import ADAPTER_NEEDS, Capabilities
 from impl.upstream.target import SglangPool
 
-
-@pytest.fixture(autouse=True)
-def _fresh_version_cache() -> Iterator[None]:
-    """Forget the version read under a faked package lookup, so no other test sees it."""
-    yield
-    dialects.installed_version_or_none.cache_clear()
+# An sglang that meets every need of the adapter with its first spelling, and nothing more.
+ENOUGH = Capabilities(version="0.5.99", **{need.split("|")[0]: True for need in ADAPTER_NEEDS})
 
 
-def _version_is(monkeypatch: pytest.MonkeyPatch, version: str | None) -> None:
-    def fake(name: str) -> str:
-        assert name == "sglang"
-        if version is None:
-            raise importlib.metadata.PackageNotFoundError(name)
-        return version
-
-    monkeypatch.setattr(dialects.importlib.metadata, "version", fake)
-    dialects.installed_version_or_none.cache_clear()
+def _installed(monkeypatch: pytest.MonkeyPatch, caps: Capabilities) -> None:
+    """Pretend the installed sglang has `caps` (the adapter reads nothing else to decide)."""
+    monkeypatch.setattr(dialects, "probe", lambda: caps)
 
 
 def test_missing_sglang_names_the_setup_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    _version_is(monkeypatch, None)
+    _installed(monkeypatch, Capabilities())
     with pytest.raises(dialects.UnsupportedUpstream, match=r"not installed.*make sglang-setup"):
-        dialects.installed_version()
+        dialects.supported_version()
 
 
-def test_unsupported_version_is_named_with_the_supported_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    _version_is(monkeypatch, "0.5.19")
-    with pytest.raises(dialects.UnsupportedUpstream, match=r"sglang 0\.5\.19 is not supported.*0\.5\.18, 0\.5\.23"):
-        dialects.installed_version()
+@pytest.mark.parametrize("need", ADAPTER_NEEDS)
+def test_a_missing_capability_is_named_in_one_line(monkeypatch: pytest.MonkeyPatch, need: str) -> None:
+    """Any version number: what is missing is a capability, named with what it is."""
+    _installed(monkeypatch, dataclasses.replace(ENOUGH, **{name: False for name in need.split("|")}))
+    with pytest.raises(dialects.UnsupportedUpstream) as caught:
+        dialects.supported_version()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("sglang 0.5.99 lacks a capability the upstream target needs")
+    assert all(name in message for name in need.split("|"))
+    assert target_problem({**POOLS["chunk-p1"], "target": "sglang"}) == (
+        f"target 'sglang' needs upstream SGLang: {message} (python: {SGLANG_VENVS})"
+    )
 
 
-@pytest.mark.parametrize("version", dialects.SUPPORTED_VERSIONS)
-def test_supported_versions_pass_the_check(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
-    _version_is(monkeypatch, version)
-    assert dialects.installed_version() == version
+def test_a_version_number_alone_decides_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for version in ("0.5.18", "0.5.23", "0.5.24.dev1+g999897973", "9.9"):
+        _installed(monkeypatch, dataclasses.replace(ENOUGH, version=version))
+        assert dialects.supported_version() == version
 
 
 def test_faults_are_refused_before_sglang_is_loaded() -> None:
@@ -72,15 +70,15 @@ def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(config: Poo
         SglangPool(config)
 
 
-def test_the_naive_paged_path_is_refused_on_0_5_18_only(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_naive_paged_path_is_refused_without_the_kernel_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     paged = PoolConfig(page_size=4, kernel_backend="torch")
-    _version_is(monkeypatch, "0.5.18")
+    _installed(monkeypatch, dataclasses.replace(ENOUGH, paged_kernels_attr=False))
     assert target._unsupported(paged, FaultSet.of([])) == (
-        "sglang 0.5.18's paged allocator always launches its Triton kernels; use kernel_backend 'triton'"
+        "sglang 0.5.99's paged allocator always launches its Triton kernels; use kernel_backend 'triton'"
     )
     assert target._unsupported(PoolConfig(page_size=1, kernel_backend="torch"), FaultSet.of([])) is None
     assert target._unsupported(PoolConfig(page_size=4, kernel_backend="triton"), FaultSet.of([])) is None
-    _version_is(monkeypatch, "0.5.23")
+    _installed(monkeypatch, dataclasses.replace(ENOUGH, paged_kernels_attr=True))
     assert target._unsupported(paged, FaultSet.of([])) is None
 
 
@@ -89,13 +87,21 @@ def test_ops_are_listed_without_loading_sglang() -> None:
     assert "spec_prepare" not in target.SglangPool.OPS
 
 
-@pytest.mark.parametrize(("version", "backend"), [("0.5.18", "triton"), ("0.5.23", "torch"), (None, "torch")])
-def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
-    monkeypatch: pytest.MonkeyPatch, version: str | None, backend: str
+@pytest.mark.parametrize(
+    ("caps", "backend"),
+    [
+        (dataclasses.replace(ENOUGH, paged_kernels_attr=False), "triton"),
+        (dataclasses.replace(ENOUGH, paged_kernels_attr=True), "torch"),
+        (Capabilities(), "torch"),
+    ],
+    ids=["no-switch", "switch", "no-sglang"],
+)
+def test_a_paged_pool_on_sglang_takes_the_kernels_its_sglang_has(
+    monkeypatch: pytest.MonkeyPatch, caps: Capabilities, backend: str
 ) -> None:
-    """0.5.18 has no naive torch path, so `--target sglang` on chunk-p4 runs its Triton kernels; without sglang
-    the config stays as it was, so that the error names the missing sglang."""
-    _version_is(monkeypatch, version)
+    """Without the kernel switch there is no naive torch path, so `--target sglang` on chunk-p4 runs the Triton
+    kernels; without sglang the config stays as it was, so that the error names the missing sglang."""
+    _installed(monkeypatch, caps)
     config = retarget(POOLS["chunk-p4"], "sglang")
     assert (config["target"], config.get("kernel_backend", "torch")) == ("sglang", backend)
     assert retarget(POOLS["chunk-p1"], "sglang").get("kernel_backend", "torch") == "torch"
@@ -105,8 +111,9 @@ def test_a_paged_pool_on_sglang_takes_the_kernels_its_version_has(
 def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """On 0.5.18 a paged pool on a CUDA device has two problems; the one `retarget` cannot fix is the one told."""
-    _version_is(monkeypatch, "0.5.18")
+    """Without the kernel switch a paged pool on a CUDA device has two problems; the one `retarget` cannot fix is
+    the one told."""
+    _installed(monkeypatch, dataclasses.replace(ENOUGH, paged_kernels_attr=False))
     assert "'cpu' only" in str(target_problem(retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")))
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
 

@@ -1,0 +1,17 @@
+"""The triaged findings a test may expect of the installed sglang, read from `upstream/findings.json`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fuzz.upstream_verify import load_findings
+from impl.upstream.releases import closest_release
+
+FINDINGS = Path(__file__).resolve().parents[2] / "upstream" / "findings.json"
+
+
+def findings_on(version: str) -> frozenset[str]:
+    """The ids of the findings that reproduce on `version`'s release (the closest release at or before a version
+    no release names: a source checkout is expected to behave as the release it grew from)."""
+    release = closest_release(version).version
+    return frozenset(f.id for f in load_findings(FINDINGS) if release in f.versions)
