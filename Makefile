@@ -7,7 +7,7 @@ STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
 .PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
-	verify-sglang hostile-files
+	verify-sglang verify-sglang-matrix hostile-files
 
 setup: $(STAMP)
 
@@ -101,6 +101,16 @@ verify-sglang: sglang-setup
 	@status=0; for venv in $(SGLANG_VENVS); do echo "verify-sglang: $$venv"; \
 	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) || status=1; \
 	done; exit $$status
+
+# Every release of upstream/releases.txt in one run (as verify-sglang, VERIFY_ARGS bounding each), then the
+# findings x release table (reproduces / passes), printed and written into docs/upstream-findings.md
+# (upstream/findings_matrix.py). Fails if any release mismatches.
+verify-sglang-matrix:
+	@status=0; for v in $(SGLANG_VERSIONS); do bash upstream/setup.sh $$v || exit $$?; \
+	  echo "verify-sglang-matrix: sglang $$v"; \
+	  OMP_NUM_THREADS=1 .venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) \
+	    || status=1; \
+	done; $(PY) upstream/findings_matrix.py --write || status=1; exit $$status
 
 clean:
 	rm -rf $(VENV) .venv-sglang-* .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports

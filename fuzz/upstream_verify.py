@@ -14,6 +14,7 @@ Exit status: 0 everything matches the findings; 1 something does not (each on it
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,7 @@ from model.trace import (
     read_bounded,
     show,
     step_schema,
+    write_atomically,
 )
 from properties.abstraction import observe
 from properties.vocabulary import KIND_EXCLUSIONS
@@ -49,6 +51,7 @@ TRIAGE = ("upstream-bug", "model-wrong", "contract-difference")
 ROOT = Path(__file__).resolve().parents[1]  # a finding's replay file must stay inside it
 STEPS_PER_RANDOM_TRACE = 30
 MIN_STEPS = 10_000  # lockstep steps per pool shape, unless `--cases` bounds the run
+OUTCOMES = "findings-outcomes.json"  # under --out/VERSION: each finding's replay outcome there
 WHAT_CHARS = 160  # of a differential row's description in the printed table; its replay file's meta has it whole
 
 
@@ -94,6 +97,8 @@ class Report:
 
     lines: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Each finding's replay here: 'reproduces', 'passes', or how else it failed (the findings x release table's cells).
+    outcomes: dict[str, str] = field(default_factory=dict)
 
     def say(self, line: str) -> None:
         self.lines.append(line)
@@ -228,6 +233,8 @@ def check_findings(findings: list[Finding], version: str, report: Report) -> dic
     for finding in findings:
         failure = outcomes[finding.id]
         seen = "passes" if failure is None else f"step {failure.step}: {failure.kind} {failure.id}"
+        same = failure is not None and (failure.kind, failure.id) == (finding.expect_kind, finding.expect_id)
+        report.outcomes[finding.id] = "passes" if failure is None else "reproduces" if same else seen
         elsewhere = f"{finding.id}: not on {version} ({', '.join(finding.versions)} only); replay {seen}"
         if not is_release(version):
             known_here = "reproduces, known" if finding.matches(failure, version) else seen
@@ -559,6 +566,13 @@ def tree_core_line(version: str) -> str:
     return f"sglang {version}: radix shapes on the one tree its factory builds (no tree core to name)"
 
 
+def write_outcomes(path: Path, version: str, report: Report) -> None:
+    """Each finding's outcome on this sglang, for the findings x release table (`upstream/findings_matrix.py`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"sglang": version, "release": is_release(version), "mismatches": len(report.problems)}
+    write_atomically(path, json.dumps({**doc, "findings": report.outcomes}, indent=1) + "\n")
+
+
 def _why_not(problem: str | None) -> str:
     """The one line that says why the upstream target cannot run here."""
     if problem is None or "not installed" in problem:
@@ -582,6 +596,7 @@ def cli(findings_path: Path, out: Path, random_count: int, cases: int | None = N
         return 2
     start = time.perf_counter()
     report = verify(findings, version, out / version, random_count, cases)
+    write_outcomes(out / version / OUTCOMES, version, report)
     took = time.perf_counter() - start
     if report.problems:
         print(f"verify-upstream: sglang {version}: {len(report.problems)} mismatches ({took:.0f} s)")
