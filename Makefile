@@ -7,7 +7,7 @@ STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
 .PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
-	verify-sglang verify-sglang-matrix hostile-files
+	verify-sglang verify-sglang-matrix fuzz-nightly-sglang hostile-files
 
 setup: $(STAMP)
 
@@ -111,6 +111,18 @@ verify-sglang-matrix:
 	  OMP_NUM_THREADS=1 .venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) \
 	    || status=1; \
 	done; $(PY) upstream/findings_matrix.py --write || status=1; exit $$status
+
+# The nightly campaign on the upstream target, one release after the other (SGLANG=0.5.20 picks one): the
+# campaign of `fuzz-nightly` with --target sglang into OUT/sglang-VERSION (DB likewise), then its findings judged
+# against upstream/findings.json (python -m fuzz.upstream_campaign): a known finding of that release is no failure.
+fuzz-nightly-sglang: sglang-setup
+	@status=0; for v in $(SGLANG); do venv=.venv-sglang-$$v; \
+	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz campaign --target sglang --budget $(BUDGET) \
+	    --out $(OUT)/sglang-$$v --db $(DB)/sglang-$$v; code=$$?; \
+	  if [ $$code -eq 0 ] || [ $$code -eq 1 ]; then \
+	    $$venv/bin/python -W ignore::UserWarning -m fuzz.upstream_campaign $(OUT)/sglang-$$v || status=1; \
+	  else status=$$code; fi; \
+	done; exit $$status
 
 clean:
 	rm -rf $(VENV) .venv-sglang-* .pytest_cache .mypy_cache .ruff_cache .hypothesis counterexamples reports
