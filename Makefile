@@ -72,15 +72,18 @@ replay: setup
 SGLANG_VERSIONS := $(shell awk '!/^\#/ && NF {print $$1}' upstream/releases.txt)
 SGLANG ?= $(SGLANG_VERSIONS)
 SGLANG_SRC ?=
+# Where the sglang venvs live (upstream/setup.sh's SGLANG_VENV_DIR); the repository root by default.
+SGLANG_VENV_DIR ?= .
+VENV_DIR := $(abspath $(SGLANG_VENV_DIR))
 ifneq ($(strip $(SGLANG_SRC)),)
-SGLANG_VENVS := .venv-sglang-src-$(notdir $(abspath $(SGLANG_SRC)))
+SGLANG_VENVS := $(VENV_DIR)/.venv-sglang-src-$(notdir $(abspath $(SGLANG_SRC)))
 else
-SGLANG_VENVS := $(foreach v,$(SGLANG),.venv-sglang-$(v))
+SGLANG_VENVS := $(foreach v,$(SGLANG),$(VENV_DIR)/.venv-sglang-$(v))
 endif
 
 sglang-setup:
-	@if [ -n "$(strip $(SGLANG_SRC))" ]; then bash upstream/setup.sh --src "$(SGLANG_SRC)"; \
-	else for v in $(SGLANG); do bash upstream/setup.sh $$v || exit $$?; done; fi
+	@if [ -n "$(strip $(SGLANG_SRC))" ]; then SGLANG_VENV_DIR=$(VENV_DIR) bash upstream/setup.sh --src "$(SGLANG_SRC)"; \
+	else for v in $(SGLANG); do SGLANG_VENV_DIR=$(VENV_DIR) bash upstream/setup.sh $$v || exit $$?; done; fi
 
 # The upstream target's tests inside each sglang venv (the main venv skips them).
 sglang-test: sglang-setup
@@ -106,9 +109,9 @@ verify-sglang: sglang-setup
 # findings x release table (reproduces / passes), printed and written into docs/upstream-findings.md
 # (upstream/findings_matrix.py). Fails if any release mismatches.
 verify-sglang-matrix:
-	@status=0; for v in $(SGLANG_VERSIONS); do bash upstream/setup.sh $$v || exit $$?; \
+	@status=0; for v in $(SGLANG_VERSIONS); do SGLANG_VENV_DIR=$(VENV_DIR) bash upstream/setup.sh $$v || exit $$?; \
 	  echo "verify-sglang-matrix: sglang $$v"; \
-	  OMP_NUM_THREADS=1 .venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) \
+	  OMP_NUM_THREADS=1 $(VENV_DIR)/.venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) \
 	    || status=1; \
 	done; $(PY) upstream/findings_matrix.py --write || status=1; exit $$status
 
@@ -116,7 +119,7 @@ verify-sglang-matrix:
 # campaign of `fuzz-nightly` with --target sglang into OUT/sglang-VERSION (DB likewise), then its findings judged
 # against upstream/findings.json (python -m fuzz.upstream_campaign): a known finding of that release is no failure.
 fuzz-nightly-sglang: sglang-setup
-	@status=0; for v in $(SGLANG); do venv=.venv-sglang-$$v; \
+	@status=0; for v in $(SGLANG); do venv=$(VENV_DIR)/.venv-sglang-$$v; \
 	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz campaign --target sglang --budget $(BUDGET) \
 	    --out $(OUT)/sglang-$$v --db $(DB)/sglang-$$v; code=$$?; \
 	  if [ $$code -eq 0 ] || [ $$code -eq 1 ]; then \
