@@ -1,7 +1,8 @@
-"""`make verify-sglang SGLANG_SRC=DIR` on a checkout laid out from a published wheel (`upstream/checkout_from_wheel.py`):
-setup builds its venv from the checkout (editable, no deps) and says which tree core it got, and the verification
-runs as on a release; the checkout's version (`0.5.22.dev1+g…`) is no release the manifest names, so the findings
-of the release it grew from are reported by name as known, and nothing fails.
+"""`make verify-sglang SGLANG_SRC=DIR` on a checkout laid out from a published wheel
+(`upstream/checkout_from_wheel.py`): setup builds its venv from the checkout (editable, no deps) and says which
+tree core it got, and the verification runs as on a release; the checkout's version (`0.5.22.dev1+g…`) is no
+release the manifest names, so the findings of the release it grew from are reported by name as known, and
+nothing fails.
 
 Slow (a download, a fresh venv, a bounded verification: several minutes). Runs in the venv of `CHECKOUT_RELEASE`
 (`make sglang-test SGLANG=0.5.21`), where pip fetches that release's wheel.
@@ -32,7 +33,8 @@ def _run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str
 
 
 def test_a_checkout_made_from_a_wheel_verifies_with_its_findings_known(tmp_path: Path) -> None:
-    fetched = _run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp_path, f"sglang=={CHECKOUT_RELEASE}")
+    wheel = f"sglang=={CHECKOUT_RELEASE}"
+    fetched = _run(sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp_path, wheel)
     assert fetched.returncode == 0, fetched.stderr[-2000:]
     checkout = tmp_path / "sglang-checkout"
     laid = _run(sys.executable, ROOT / "upstream" / "checkout_from_wheel.py", next(tmp_path.glob("*.whl")), checkout)
