@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.upstream_verify import ROOT, OUTCOMES, Report, is_release, load_findings, write_outcomes
+from fuzz.upstream_verify import OUTCOMES, ROOT, Report, is_release, load_findings, write_outcomes
 from model.trace import Failure
 from upstream import findings_matrix
 
