@@ -31,6 +31,9 @@ __all__ = ["EMPTY_TREE", "Dialect", "EvictionLog", "TreeView", "UnsupportedUpstr
 SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
 # The class each `PoolConfig.tree_core` builds (`unified_cache/tree_core_registry.py`).
 TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
+# Set by the adapter on a `Req` whose hand-written PP release freed its row but kept its tree lock (that release
+# never unlocks): without a lock handle, nothing else on the request says it still holds one.
+LOCK_KEPT = "_kvlife_lock_kept_without_row"
 # The chunked-prefill size the factory's context names: chunking on, as the harness drives it (a chunk cache
 # is what sglang builds for `--disable-radix-cache` only when chunked prefill is on).
 CHUNKED_PREFILL_SIZE = 8192
@@ -214,6 +217,7 @@ class Dialect:
         """A closure that puts back what an extend's glue wrote before upstream allocated (the request's fields,
         and the lock its fresh match took), for an extend refused there."""
         saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
+        saved[LOCK_KEPT] = getattr(req, LOCK_KEPT, False)
         protected_len, handle = self.protected_len(req), self.lock_handle(req)
 
         def restore() -> None:
@@ -288,8 +292,10 @@ class Dialect:
         # Without a handle, release unlocks `last_node` but leaves it on the request until the next match (or
         # `reset_for_retract`), and lock counts are per node, not per holder: a request holds its lock while it
         # holds its row. A lock the release forgot shows in the tree's protected count, which the lock-holder
-        # invariant compares with the records that still hold one.
-        return self.row(req) is not None and self.tree(cache).node_locked(cache, req.last_node)
+        # invariant compares with the records that still hold one. The hand-written PP release is the one path
+        # that frees the row and keeps the lock (`LOCK_KEPT`).
+        holds = self.row(req) is not None or getattr(req, LOCK_KEPT, False)
+        return holds and self.tree(cache).node_locked(cache, req.last_node)
 
     def peek(self, cache: Any, token_ids: list[int]) -> tuple[int, frozenset[int]]:
         """The length a fresh match of `token_ids` would find, and the slots of the matched path that sit on
@@ -399,6 +405,7 @@ class Dialect:
         `seq_len`."""
         if rematch:
             req.init_next_round_input(cache)  # sets the prefix and cache_protected_len from the match
+            setattr(req, LOCK_KEPT, False)  # a fresh match: whatever lock the request kept is its old node's
             self.lock(req, cache)
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
@@ -443,6 +450,7 @@ class Dialect:
         row = self.row(req)
         if row is None:
             return
+        setattr(req, LOCK_KEPT, not self.caps.req_lock and self.tree_locked(req, cache))
         pool = cache.req_to_token_pool
         cache.token_to_kv_pool_allocator.free(pool.req_to_token[row, : self.extend_end(req)])
         pool.free(req)

@@ -7,7 +7,6 @@ Python `RadixCache` (nodes with `children`, `lock_ref`, `value`), and a `Unified
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from array import array
 from typing import Any
@@ -138,8 +137,8 @@ class UnifiedTree(PythonRadixTree):
 
     def _match_path(self, cache: Any, token_ids: list[int]) -> list[int]:
         """The slots a fresh match of `token_ids` would find, without splitting a node or touching access times:
-        the core's side-effect-free match where it has one, else a real match on a copy of the cache (sharing
-        its pool and allocator, which a match does not change)."""
+        the core's side-effect-free match where it has one, else a read-only copy of the Python core's
+        `_match_prefix_helper` walk (a core without that match has no Rust twin)."""
         from sglang.srt.mem_cache.radix_cache import RadixKey
 
         core = cache.tree_core
@@ -148,13 +147,7 @@ class UnifiedTree(PythonRadixTree):
             if matched == 0:
                 return []
             return core.collect_full_device_indices(node, core.root_node_handle()).tolist()[:matched]
-        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-
-        shared = {id(cache.req_to_token_pool): cache.req_to_token_pool}
-        shared[id(cache.token_to_kv_pool_allocator)] = cache.token_to_kv_pool_allocator
-        twin = copy.deepcopy(cache, shared)
-        result = twin.match_prefix(MatchPrefixParams(key=RadixKey(array("q", token_ids))))
-        return [int(slot) for slot in result.device_indices.tolist()]
+        return _walk_python_core(core, RadixKey(array("q", token_ids)))
 
     def view(self, cache: Any) -> TreeView:
         slots = self._walk(cache, unlocked_only=False)
@@ -188,6 +181,26 @@ def tree_for(cache: Any, caps: Capabilities) -> NoTree:
     if hasattr(cache, "root_node"):
         return PythonRadixTree(caps)
     return NoTree(caps)
+
+
+def _walk_python_core(core: Any, key: Any) -> list[int]:
+    """The device slots along `key` in the Python `UnifiedTreeCore`, as its match walks (page-aligned, stopping at
+    an evicted node or inside a node), reading `children.get` (a defaultdict would grow on `[]`)."""
+    from sglang.srt.mem_cache.unified_cache.components import ComponentType
+
+    ps = core.page_size
+    key = key.page_aligned(ps)
+    node, path = core.root_node, list[int]()
+    while len(key) > 0:
+        child = node.children.get(key.child_key(ps))
+        if child is None or child.evicted:
+            break
+        common = child.key.match(key, page_size=ps)
+        path += [int(slot) for slot in child.component_data[ComponentType.FULL].value[:common].tolist()]
+        if common < len(child.key):
+            break
+        node, key = child, key[common:]
+    return path
 
 
 def _hook(cache: Any, method: str, log: EvictionLog) -> EvictionLog:
