@@ -20,9 +20,7 @@ def plain(snap: PoolSnapshot) -> dict[str, object]:
     return {name: value.tolist() if isinstance(value, torch.Tensor) else value for name, value in vars(snap).items()}
 
 
-def admissions(
-    first: int, count: int, n: int = 2, extra: int = 2, family: int = 0
-) -> list[tuple[str, dict[str, int]]]:
+def admissions(first: int, count: int, n: int = 2, extra: int = 2, family: int = 0) -> list[tuple[str, dict[str, int]]]:
     """`count` new requests from `first` on, each extending `n` tokens of a prompt `extra` tokens longer."""
     entry = {"n": n, "prompt": n + extra, "family": family, "kind": 0}
     return [("admit", {"req": first + i, **entry}) for i in range(count)]
