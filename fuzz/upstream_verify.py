@@ -351,15 +351,17 @@ def fuzz_pool(
     while True:
         # The first pass is the ci profile itself; without `cases`, further passes (seeded 1, 2, ...: reproducible)
         # run until the shape has taken MIN_STEPS steps.
+        # The further passes alternate the exhaustion swarm (the allocation paths' own refusals) with all rules.
         seed = None if passes == 0 else passes
+        swarm = "exhaustion" if passes % 2 else "all"
         this = profile if seed is None else replace(profile, derandomize=False)
-        result = run(config, this, seed, out, out / "db", exclude=exclude)
+        result = run(config, this, seed, out, out / "db", swarm=swarm, exclude=exclude)
         rate = result.steps / result.seconds if result.seconds > 0 else 0.0
         dropped = f", without {', '.join(sorted(exclude))}" if exclude else ""
-        seeded = "" if seed is None else f", seed {seed}"
+        seeded = "" if seed is None else f", seed {seed}, {swarm} rules"
         report.say(
             f"  {name}{dropped}{seeded}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
-            f"({rate:.0f} steps/s)"
+            f"({rate:.0f} steps/s); {_refusal_line(result.corners)}"
         )
         steps, passes = steps + result.steps, passes + 1
         if result.counterexample is None:
@@ -374,6 +376,16 @@ def fuzz_pool(
             return
         report.say(f"    known {finding.id} ({result.counterexample}); again without {', '.join(finding.fuzz_exclude)}")
         exclude |= finding.fuzz_exclude
+
+
+def _refusal_line(corners: dict[str, int]) -> str:
+    """How often the run's batches met the allocation paths' own refusals (rows, slots) and the budget's."""
+    own = {
+        short: sum(n for c, n in corners.items() if c.startswith(f"allocation path: out of {short}"))
+        for short in ("rows", "slots")
+    }
+    budget = corners.get("pool: out of rows", 0) + corners.get("pool: out of slots", 0)
+    return f"upstream refused {own['rows']} short of rows, {own['slots']} short of slots; the budget {budget}"
 
 
 # -- the component lockstep -----------------------------------------------------------------------------

@@ -398,6 +398,20 @@ def paged_kernels_attr(up: Upstream) -> bool:
 
 
 @_probe
+def paged_checks_before_kernel(up: Upstream) -> bool:
+    """The paged allocator's `alloc_extend` and `alloc_decode` return None when short of pages before they launch
+    their Triton kernel (read in their source: calling one short would read past the free list)."""
+    paged = up.attr(ALLOCATOR, "PagedTokenToKVPoolAllocator")
+    return all(_checks_before_kernel(getattr(paged, name, None)) for name in ("alloc_extend", "alloc_decode"))
+
+
+def _checks_before_kernel(method: Any) -> bool:
+    source = inspect.getsource(method)
+    launch, refusal = source.find("_kernel["), source.find("return None")
+    return refusal != -1 and (launch == -1 or refusal < launch)
+
+
+@_probe
 def staged_pages(up: Upstream) -> bool:
     """A paged allocator stages freed pages in `staged_pages` (else in the `release_pages` tensor)."""
     return isinstance(getattr(up.paged, "staged_pages", None), list)
@@ -503,6 +517,7 @@ class Capabilities:
     reset_aux_cache_allocator: bool = False
     paged_kernels_param: bool = False
     paged_kernels_attr: bool = False
+    paged_checks_before_kernel: bool = False
     staged_pages: bool = False
     is_not_in_free_group: bool = False
     page_free_group: str = ""

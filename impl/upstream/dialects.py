@@ -89,6 +89,9 @@ class Dialect:
     def __init__(self, caps: Capabilities) -> None:
         self.caps = caps
         self.version = caps.version or ""
+        # Whether the paged allocator checks its free pages before it launches its kernel (else a short
+        # allocation reads past the free list: a segfault under the interpreter, found by the component lockstep).
+        self.paged_checks_before_kernel = caps.paged_checks_before_kernel
         prepare_sglang_import()
         from sglang.srt.managers import schedule_batch
         from sglang.srt.mem_cache import allocator, common, memory_pool
