@@ -65,7 +65,7 @@ def main(expected: str) -> int:
     caps = importlib.import_module("impl.upstream.capabilities").probe()
     print(f"setup: sglang {installed} imports; modules it does not have: {', '.join(absent) or 'none'}")
     fallback = f"; asked for the Rust core, upstream builds the Python one: {caps.rust_core_fallback}"
-    cores = ", ".join(caps.tree_cores) or "none to choose from (RadixCache)"
+    cores = ", ".join(caps.tree_cores) or "none to name (the radix tree is the one upstream's factory builds)"
     print(f"setup: tree cores: {cores}{fallback if caps.tree_core_backend and caps.rust_core_fallback else ''}")
     return 0
 
