@@ -75,6 +75,9 @@ class Finding:
     expect_kind: str
     expect_id: str
     fuzz_exclude: frozenset[str] = frozenset()
+    # Other (kind, id) failures the finding shows as in a trace that uses its trigger (a `fuzz_exclude` op or
+    # request kind): which check trips first depends on what the trace does next.
+    symptoms: frozenset[tuple[str, str]] = frozenset()
 
     def matches(self, failure: Failure | None, version: str) -> bool:
         """Whether `failure`, seen on `version`, is this finding: its kind and id, on a release it names or on a
@@ -84,6 +87,25 @@ class Finding:
             and (version in self.versions or not is_release(version))
             and (failure.kind, failure.id) == (self.expect_kind, self.expect_id)
         )
+
+
+    def shows_in(self, failure: Failure | None, version: str, trace: Trace) -> bool:
+        """Whether `failure` of `trace`, seen on `version`, is this finding: its replay's failure, or one of its
+        symptoms in a trace that uses its trigger."""
+        if failure is None or self.matches(failure, version):
+            return failure is not None
+        on_version = version in self.versions or not is_release(version)
+        return on_version and (failure.kind, failure.id) in self.symptoms and self.triggered_by(trace)
+
+    def triggered_by(self, trace: Trace) -> bool:
+        """Whether the trace takes an op, or draws a request kind, that the finding's `fuzz_exclude` names."""
+        kinds = {KIND_EXCLUSIONS[name] for name in self.fuzz_exclude if name in KIND_EXCLUSIONS}
+        for step in trace.steps:
+            if step.op in self.fuzz_exclude:
+                return True
+            if any(value in kinds for key, value in step.args.items() if key.startswith("kind")):
+                return True
+        return False
 
 
 def is_release(version: str) -> bool:
@@ -138,6 +160,8 @@ FINDING_FIELDS: dict[str, tuple[Rule, Any]] = {
     "replay": (NAME, None),
     "expect": (Rule('{"kind": NAME, "id": NAME}', _expect), None),
     "fuzz_exclude": (Rule("a list of op names (or kind:NAME)", _names), []),
+    "symptoms": (Rule('a list of {"kind": NAME, "id": NAME}', lambda v: isinstance(v, list) and len(v) <= 20
+                      and all(_expect(x) for x in v)), []),
 }
 FINDING_KEYS = tuple(FINDING_FIELDS)
 
@@ -184,6 +208,7 @@ def _finding(index: int, entry: Any) -> Finding:
         expect_kind=entry["expect"]["kind"],
         expect_id=entry["expect"]["id"],
         fuzz_exclude=frozenset(entry.get("fuzz_exclude", [])),
+        symptoms=frozenset((x["kind"], x["id"]) for x in entry.get("symptoms", [])),
     )
 
 
@@ -204,8 +229,12 @@ def _replay_file(where: str, replay_path: Any) -> Path:
     return path
 
 
-def known(findings: list[Finding], failure: Failure | None, version: str) -> Finding | None:
-    """The finding `failure` on `version` is, or None."""
+def known(
+    findings: list[Finding], failure: Failure | None, version: str, trace: Trace | None = None
+) -> Finding | None:
+    """The finding `failure` on `version` is (with the `trace` that failed, also by a finding's symptoms), or None."""
+    if trace is not None:
+        return next((f for f in findings if f.shows_in(failure, version, trace)), None)
     return next((f for f in findings if f.matches(failure, version)), None)
 
 
@@ -288,7 +317,7 @@ def replay_prover_traces(paths: list[Path], findings: list[Finding], version: st
             report.say(f"  {path.stem}: not replayable upstream: {exc}")
             continue
         on_reference = replay(Trace(reference_config(recorded.config), None, recorded.steps)).failure
-        finding = known(findings, failure, version)
+        finding = known(findings, failure, version, recorded)
         if failure is None:
             report.say(f"  {path.stem}: passes")
         elif finding is not None:
@@ -370,7 +399,7 @@ def fuzz_pool(
                 return
             continue
         trace = load(result.counterexample)
-        finding = known(findings, trace.failure, version)
+        finding = known(findings, trace.failure, version, trace)
         if finding is None or not finding.fuzz_exclude or finding.fuzz_exclude <= exclude:
             report.mismatch(f"{name}: {result.failure_text} ({result.counterexample})")
             return
@@ -462,7 +491,7 @@ def first_difference(name: str, trace: Trace, out: Path, findings: list[Finding]
                 ),
                 path,
             )
-            hit = known(findings, up, version)
+            hit = known(findings, up, version, Trace(trace.config, trace.seed, trace.steps[: index + 1]))
             return Difference(name, index, _call(step), "; ".join(what), path, hit.id if hit else None)
         if ref is not None:
             return None
