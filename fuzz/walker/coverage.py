@@ -1,0 +1,63 @@
+"""Abstract transitions: the shape of the model's state before a step, the op, and its outcome.
+
+The shape is ten digits: how many requests are in prefill, decoding, released and waiting (0, 1 or 2 for two or
+more), whether no row, some or every row is free, whether no slot is free, fewer than a full row's or more, and
+three flags: the tree owns slots, some record is over-allocated (C < A), some record holds a tree lock. The
+outcome is what the lockstep's corners say of the op (done, refused, a forbidden call refused, a prefix matched,
+...), or the failure's kind. The lifecycle corners saturate within seconds; these keep growing for hours, so
+their count over time says whether a campaign still finds new ground.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from model.state import Sizes, State
+from properties.vocabulary import STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
+
+Transition = tuple[str, str, str]  # (shape, op, outcome)
+_COUNTED = (STATUS_PREFILL, STATUS_DECODE, STATUS_DONE, STATUS_WAITING)
+
+
+def shape(sizes: Sizes, state: State, groups: dict[int, list[int]]) -> str:
+    """The model state's shape (see the module docstring)."""
+    counts = "".join(str(min(len(groups.get(status, ())), 2)) for status in _COUNTED)
+    rows = 0 if state.n_free_rows == 0 else 2 if state.n_free_rows == sizes.rows else 1
+    slots = 0 if state.n_free_slots == 0 else 1 if state.n_free_slots < sizes.width else 2
+    committed, held = state.rec_C, state.rec_row
+    over = any(a > committed.get(rid) and held.get(rid) for rid, a in state.rec_A.items.items())
+    locked = any(state.rec_locked.items.values())
+    flags = f"{int(state.tree_slots > 0)}{int(over)}{int(locked)}"
+    return f"{counts}{rows}{slots}{flags}"
+
+
+def outcome(op: str, corners: list[str], failure_kind: str | None) -> str:
+    """What the step's corners say of its op, or the failure it showed."""
+    if failure_kind is not None:
+        return f"failed: {failure_kind}"
+    said = [corner.split(": ", 1)[1] for corner in corners if corner.startswith(f"{op}: ")]
+    return "; ".join(said) or "observed"
+
+
+@dataclass
+class Coverage:
+    """Transitions reached and how often; `pairs` counts (shape, op) alone, which is what steering reads."""
+
+    transitions: dict[Transition, int] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def add(self, transition: Transition) -> None:
+        self.transitions[transition] = self.transitions.get(transition, 0) + 1
+        pair = transition[:2]
+        self.pairs[pair] = self.pairs.get(pair, 0) + 1
+
+    @property
+    def distinct(self) -> int:
+        return len(self.transitions)
+
+    def merge(self, other: Coverage) -> None:
+        """Add another run's counts (a campaign's union over its units)."""
+        for transition, count in other.transitions.items():
+            self.transitions[transition] = self.transitions.get(transition, 0) + count
+        for pair, count in other.pairs.items():
+            self.pairs[pair] = self.pairs.get(pair, 0) + count
