@@ -18,13 +18,14 @@ from typing import Any
 
 from fuzz.mutants import DETECTED, TIMEOUT, Attempt, Score, pools_for, report_of, write_reports
 from fuzz.profiles import POOLS
-from fuzz.walker.hunt import hunt
+from fuzz.walker.hunt import HuntResult, hunt
 from impl.faults import FAULTS
 
 DEFAULT_BUDGET_S = 60.0
 UNIT_STEPS = 2_000  # one seed's walk: a fault the walker finds at all, it finds within a few hundred steps
 MAX_STEPS = 12  # the largest counterexample after the walker's shrink the exam accepts
 SHRINK_S = 20.0
+MORE_SEEDS, MORE_S = 4, 10.0  # after the first failing seed: how many more seeds are tried, for how long at most
 
 
 @dataclass
@@ -38,27 +39,45 @@ class Found:
 
 
 def search(fault: str | None, pool: str, budget_s: float, out: Path) -> Found:
-    """Walk seeds 0, 1, ... with `fault` on (None: no fault) on `pool` until one fails or `budget_s` is spent."""
+    """Walk seeds 0, 1, ... with `fault` on (None: no fault) on `pool` until one fails or `budget_s` is spent;
+    then the next `MORE_SEEDS` seeds too (for at most `MORE_S` seconds), keeping the shortest shrunk trace:
+    each seed's walk reaches the bug by its own path, and shrinking keeps the path's shape."""
     config = {**POOLS[pool], "faults": [fault] if fault else []}
     folder = out / "counterexamples" / (fault or "nofault") / pool
     for stale in folder.glob("*.json"):
         stale.unlink()
     start, seed, steps = time.perf_counter(), 0, 0
+    best: Found | None = None
     while time.perf_counter() - start < budget_s:
-        left = budget_s - (time.perf_counter() - start)
         walked = time.perf_counter() - start
-        result = hunt(config, seed, folder, steps=UNIT_STEPS, budget_s=left, shrink_s=SHRINK_S)
-        steps += result.walk.steps
-        if result.counterexample is not None and result.shrunk is not None:
-            failure = result.shrunk.failure
-            attempt = Attempt(fault, pool, DETECTED, time.perf_counter() - start, walked + result.walk.seconds)
-            attempt.steps, attempt.counterexample = len(result.shrunk.steps), str(result.counterexample)
-            attempt.failure_kind, attempt.failure_id = failure.kind, failure.id
-            attempt.detail = f"seed {seed}"
-            unshrunk = len(result.walk.trace.steps) if result.walk.trace else None
-            return Found(attempt, seed, steps, unshrunk)
+        result = hunt(config, seed, folder, steps=UNIT_STEPS, budget_s=budget_s - walked, shrink_s=SHRINK_S)
         seed += 1
-    return Found(Attempt(fault, pool, TIMEOUT, time.perf_counter() - start), None, steps)
+        if best is None:
+            steps += result.walk.steps
+        if result.counterexample is None or result.shrunk is None:
+            continue
+        if best is None:
+            best = _found(fault, pool, result, seed - 1, steps, walked + result.walk.seconds)
+        elif len(result.shrunk.steps) < (best.attempt.steps or 0):
+            Path(best.attempt.counterexample or "").unlink(missing_ok=True)
+            best = _found(fault, pool, result, seed - 1, steps, best.attempt.first_failure_s or 0.0)
+        else:
+            result.counterexample.unlink(missing_ok=True)
+        found_s = best.attempt.first_failure_s or 0.0
+        if seed > (best.seed or 0) + MORE_SEEDS or time.perf_counter() - start > found_s + MORE_S:
+            break
+    if best is None:
+        return Found(Attempt(fault, pool, TIMEOUT, time.perf_counter() - start), None, steps)
+    best.attempt.wall_s = time.perf_counter() - start
+    return best
+
+
+def _found(fault: str | None, pool: str, result: HuntResult, seed: int, steps: int, first_s: float) -> Found:
+    assert result.shrunk is not None and result.walk.trace is not None
+    failure = result.shrunk.failure
+    attempt = Attempt(fault, pool, DETECTED, 0.0, first_s, len(result.shrunk.steps), failure.kind, failure.id)
+    attempt.counterexample, attempt.detail = str(result.counterexample), f"seed {seed}"
+    return Found(attempt, seed, steps, len(result.walk.trace.steps))
 
 
 def grade(faults: Sequence[str], budget_s: float, out: Path, say: Callable[[str], None]) -> dict[str, Any]:
@@ -74,6 +93,7 @@ def grade(faults: Sequence[str], budget_s: float, out: Path, say: Callable[[str]
             left -= found.attempt.wall_s
             if found.attempt.result == DETECTED or left <= 0:
                 break
+        scores.append(score)
         extra[name] = {"seed": found.seed, "lockstep_steps": found.lockstep_steps, "unshrunk": found.unshrunk_steps}
         say(f"[{index:>2}/{len(faults)}] {_line(name, found, score.seconds)}")
     baselines = []
@@ -93,7 +113,7 @@ def grade(faults: Sequence[str], budget_s: float, out: Path, say: Callable[[str]
 def _line(label: str, found: Found, seconds: float | None) -> str:
     a = found.attempt
     result = a.result if a.fault is not None or a.result == DETECTED else "clean (budget ran out)"
-    first = "" if seconds is None else f", first failure {seconds:.1f} s after {found.lockstep_steps} steps"
+    first = "" if seconds is None else f", first failure {seconds:.2f} s after {found.lockstep_steps} steps"
     shape = "" if a.steps is None else f", {found.unshrunk_steps} -> {a.steps} steps, {a.failure_kind} {a.failure_id}"
     seed = "" if found.seed is None else f" (seed {found.seed})"
     return f"{label:<31} {a.pool:<9} {result}{first}{shape}{seed} [{a.wall_s:.0f} s]"
