@@ -41,15 +41,20 @@ def outcome(op: str, corners: list[str], failure_kind: str | None) -> str:
 
 @dataclass
 class Coverage:
-    """Transitions reached and how often; `pairs` counts (shape, op) alone, which is what steering reads."""
+    """Transitions reached and how often; `drawn` counts each op by the shape it was drawn from (what steering
+    reads: the outcome is known only after the step)."""
 
     transitions: dict[Transition, int] = field(default_factory=dict)
-    pairs: dict[tuple[str, str], int] = field(default_factory=dict)
+    drawn: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, transition: Transition) -> None:
         self.transitions[transition] = self.transitions.get(transition, 0) + 1
-        pair = transition[:2]
-        self.pairs[pair] = self.pairs.get(pair, 0) + 1
+        ops = self.drawn.setdefault(transition[0], {})
+        ops[transition[1]] = ops.get(transition[1], 0) + 1
+
+    def seen(self, shape: str) -> dict[str, int]:
+        """How often each op was drawn from `shape`."""
+        return self.drawn.get(shape, {})
 
     @property
     def distinct(self) -> int:
@@ -59,5 +64,7 @@ class Coverage:
         """Add another run's counts (a campaign's union over its units)."""
         for transition, count in other.transitions.items():
             self.transitions[transition] = self.transitions.get(transition, 0) + count
-        for pair, count in other.pairs.items():
-            self.pairs[pair] = self.pairs.get(pair, 0) + count
+        for shape, ops in other.drawn.items():
+            mine = self.drawn.setdefault(shape, {})
+            for op, count in ops.items():
+                mine[op] = mine.get(op, 0) + count

@@ -36,7 +36,12 @@ class Drawer:
     ) -> None:
         self.rng, self.sizes, self.swarm = rng, sizes, swarm
         self.rules = {op: rule_for(op, actions.get(op)) for op in sorted(ops)}
-        self.drawn = [(op, rule) for op, rule in self.rules.items() if swarm.weights.get(op)]  # the swarm's ops
+        # The ops this swarm draws on this pool, each with the statuses it needs a request in, or none needed.
+        self.drawn = [
+            (op, rule, rule.known_statuses(), rule.always_open())
+            for op, rule in self.rules.items()
+            if swarm.weights.get(op) and rule.pool(sizes)
+        ]
         self.other_kinds = tuple(k for k in kinds if k != KIND_NORMAL)
         self.params = {op: drawn_params(a, sizes, kinds) for op, a in actions.items() if op in ops and op != "batch"}
         self.entry_ops = tuple(op for op in BATCH_OPS if op in self.params)
@@ -46,16 +51,17 @@ class Drawer:
     def reset(self) -> None:
         self.next_rid = 0
 
-    def draw(self, lock: Any, groups: Groups, shape: str, pairs: dict[tuple[str, str], int]) -> Drawn | None:
-        """The next step from the model's state now; None when no op of the swarm can be drawn."""
-        state, sizes = lock.model.state, self.sizes
+    def draw(self, lock: Any, groups: Groups, seen: dict[str, int]) -> Drawn | None:
+        """The next step from the model's state now, steered by how often each op was drawn from this shape
+        (`seen`); None when no op of the swarm can be drawn."""
+        state, weights = lock.model.state, self.swarm.weights
         ready = [
             op
-            for op, rule in self.drawn
-            if rule.ready(sizes, state) and any(open_now(pick, groups) for pick in rule.picks)
+            for op, rule, known, always in self.drawn
+            if (always or not known.isdisjoint(groups)) and (rule.ready is None or rule.ready(state))
         ]
         while ready:
-            steered = [self.swarm.weights[op] * (1 + STEER / (1 + pairs.get((shape, op), 0))) for op in ready]
+            steered = [weights[op] * (1 + STEER / (1 + seen.get(op, 0))) for op in ready]
             op = self.rng.choices(ready, steered)[0]
             args = self._batch(lock, groups) if op == "batch" else self._args(op, lock, groups)
             if args is not None:

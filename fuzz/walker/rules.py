@@ -48,22 +48,31 @@ class Pick:
     keep: str = ANY
 
 
-def _always(p: Sizes, s: State) -> bool:
+def _any_pool(p: Sizes) -> bool:
     return True
 
 
 @dataclass(frozen=True)
 class Rule:
-    """How one op is drawn: its picks (an op without a request has one pick of `NO_REQUEST`), and `ready`, when
-    the pool's shape or state lets the op be drawn at all."""
+    """How one op is drawn: its picks (an op without a request has one pick of `NO_REQUEST`); `pool`, whether
+    the pool's shape lets it be drawn at all; `ready`, whether the state does now (None: whenever a pick can)."""
 
     op: str
     picks: tuple[Pick, ...]
-    ready: Callable[[Sizes, State], bool] = _always
+    pool: Callable[[Sizes], bool] = _any_pool
+    ready: Callable[[State], bool] | None = None
+
+    def known_statuses(self) -> frozenset[int]:
+        """The statuses of the known requests its picks draw on."""
+        return frozenset().union(*(pick.statuses for pick in self.picks)) - FRESH
+
+    def always_open(self) -> bool:
+        """Whether some pick needs no known request (it takes none, or a fresh id)."""
+        return any(not pick.statuses or STATUS_NEW in pick.statuses for pick in self.picks)
 
 
 LIVE = frozenset(LIVE_STATUSES)
-_SPECULATIVE: Callable[[Sizes, State], bool] = lambda p, s: p.speculative  # noqa: E731
+_SPECULATIVE: Callable[[Sizes], bool] = lambda p: p.speculative  # noqa: E731
 # The machine's rules (`fuzz.machine`), one entry per op.
 RULES: dict[str, Rule] = {
     rule.op: rule
@@ -84,9 +93,9 @@ RULES: dict[str, Rule] = {
         # PD-decode requests protect no prefix; a released record may carry the -1 sentinel.
         Rule("offload_release", (Pick(DECODING, LEGAL), Pick(RELEASED))),
         Rule("differential", (Pick(LIVE),)),
-        Rule("evict", (Pick(NO_REQUEST),), lambda p, s: p.radix),
+        Rule("evict", (Pick(NO_REQUEST),), lambda p: p.radix),
         # Flushing is for an idle pool: drawn once no request holds a row (waiting ones make it a refusal).
-        Rule("flush", (Pick(NO_REQUEST),), lambda p, s: s.n_held_rows == 0),
+        Rule("flush", (Pick(NO_REQUEST),), ready=lambda s: s.n_held_rows == 0),
         Rule("reuse_released", (Pick(RELEASED),)),
         Rule("release_again", (Pick(RELEASED),)),
         Rule("free_row", (Pick(RELEASED),)),

@@ -115,7 +115,7 @@ class Walker:
         lock = self.lock
         groups = ids_by_status(lock.model.state)
         before = shape(lock.model.sizes, lock.model.state, groups)
-        drawn = self.drawer.draw(lock, groups, before, result.coverage.pairs)
+        drawn = self.drawer.draw(lock, groups, result.coverage.seen(before))
         if drawn is None:
             return None, True
         op, args = drawn
