@@ -20,6 +20,7 @@ from model.interp import PY
 from model.trace import Failure, Step
 from properties.abstraction import Observation, observe
 from properties.eviction import check_evictions
+from properties.generations import GenerationLedger
 from properties.invariants import check_snapshot
 from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
 from properties.vocabulary import LIVE_STATUSES as LIVE
@@ -41,6 +42,8 @@ _CALLS: dict[str, Call] = {
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
+    "group_begin": lambda t, a: t.group_begin(),
+    "group_end": lambda t, a: t.group_end(),
     "pd_prealloc": lambda t, a: t.pd_prealloc(a["req"], a["fill"]),
     "offload_release": lambda t, a: t.offload_release(a["req"], a["sentinel"]),
     "reuse_released": lambda t, a: t.reuse_released(a["req"], a["row"], a["n"]),
@@ -104,6 +107,7 @@ class Lockstep:
     snap: PoolSnapshot = field(init=False)
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
+    generations: GenerationLedger = field(default_factory=GenerationLedger)
     corners: list[str] = field(default_factory=list)  # the lifecycle corners the last step reached
     # The observation of the last snapshot observed: a refusal compares the snapshot before it, which the step
     # before observed already (a snapshot is a copy, so its observation never changes).
@@ -344,7 +348,7 @@ class Lockstep:
         return Failure(index, "invariant", "eviction", "; ".join(problems)) if problems else None
 
     def _observe(self, index: int) -> Failure | None:
-        violations = check_snapshot(self.snap)
+        violations = check_snapshot(self.snap) + [("row-generation", m) for m in self.generations.check(self.snap)]
         if violations:
             inv_id = violations[0][0]
             messages = [m for i, m in violations if i == inv_id]

@@ -77,6 +77,8 @@ SWARMS: dict[str, frozenset[str] | None] = {
             "differential",
             "preempt_finished",
             "offload_release",
+            "group_begin",
+            "group_end",
         }
     ),
     "exhaustion": frozenset(
@@ -190,6 +192,11 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self.next_rid += 1
             return self.next_rid - 1
 
+        def out_of_group(self) -> bool:
+            # While a result pass's free group is open the scheduler only releases (and stashes, which its
+            # batch steps do inside their own pass); it schedules nothing new until the group ends.
+            return self.lock.model.state.group_open == 0
+
         def has_prefill(self) -> bool:
             return bool(self._ids(PREFILL))
 
@@ -205,12 +212,12 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def has_readmittable(self) -> bool:
             return bool(self._ids(READMITTABLE))
 
-        @precondition(lambda self: allowed("admit"))
+        @precondition(lambda self: allowed("admit") and self.out_of_group())
         @rule(prompt=lengths, n=lengths, family=st.integers(0, FAMILIES - 1), kind=kinds)
         def admit(self, prompt: int, n: int, family: int, kind: int) -> None:
             self._do("admit", {"req": self._new_rid(), "prompt": prompt, "n": n, "family": family, "kind": kind})
 
-        @precondition(lambda self: allowed("batch"))
+        @precondition(lambda self: allowed("batch") and self.out_of_group())
         @rule(drawn=batch_entries)
         def batch(self, drawn: list[tuple[int, int, int, int, int, int]]) -> None:
             args = self._batch_args(drawn)
@@ -237,27 +244,29 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
                 args.update({f"{name}{slot}": value for name, value in entry.items()})
             return {"size": len(used), **args} if used else None
 
-        @precondition(lambda self: allowed("pd_prealloc"))
+        @precondition(lambda self: allowed("pd_prealloc") and self.out_of_group())
         @rule(fill=lengths)
         def pd_prealloc(self, fill: int) -> None:
             self._do("pd_prealloc", {"req": self._new_rid(), "fill": fill})
 
-        @precondition(lambda self: allowed("extend") and self.has_prefill())
+        @precondition(lambda self: allowed("extend") and self.out_of_group() and self.has_prefill())
         @rule(i=PICK, n=lengths)
         def extend(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, PREFILL), "n": n})
 
-        @precondition(lambda self: allowed("readmit", "extend") and self.has_readmittable())
+        @precondition(lambda self: allowed("readmit", "extend") and self.out_of_group() and self.has_readmittable())
         @rule(i=PICK, n=lengths)
         def readmit(self, i: int, n: int) -> None:
             self._do("extend", {"req": self._pick(i, READMITTABLE), "n": n})
 
-        @precondition(lambda self: allowed("decode") and self.has_decoding())
+        @precondition(lambda self: allowed("decode") and self.out_of_group() and self.has_decoding())
         @rule(i=PICK)
         def decode(self, i: int) -> None:
             self._do("decode", {"req": self._pick(i, DECODING)})
 
-        @precondition(lambda self: allowed("spec_prepare") and speculative and self.has_decoding())
+        @precondition(
+            lambda self: allowed("spec_prepare") and speculative and self.out_of_group() and self.has_decoding()
+        )
         @rule(i=PICK, reserve=st.integers(1, 8))
         def spec_prepare(self, i: int, reserve: int) -> None:
             self._do("spec_prepare", {"req": self._pick(i, DECODING), "reserve": reserve})
@@ -307,13 +316,27 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def evict(self, n: int) -> None:
             self._do("evict", {"n": n})
 
+        # A result pass that frees several requests at once: begin a group, release inside it (any release rule),
+        # end it. A begin inside an open group is drawn too: the contract forbids it (it would drop the pending
+        # frees). An end is drawn only with a group open, as the scheduler calls it (without one it is a no-op by
+        # contract; the component lockstep checks that).
+        @precondition(lambda self: allowed("group_begin"))
+        @rule()
+        def group_begin(self) -> None:
+            self._do("group_begin", {})
+
+        @precondition(lambda self: allowed("group_end") and not self.out_of_group())
+        @rule()
+        def group_end(self) -> None:
+            self._do("group_end", {})
+
         # Flushing is for an idle pool: drawn only once no request holds a row (waiting ones make it a refusal).
-        @precondition(lambda self: allowed("flush") and self.lock.model.state.n_held_rows == 0)
+        @precondition(lambda self: allowed("flush") and self.out_of_group() and self.lock.model.state.n_held_rows == 0)
         @rule()
         def flush(self) -> None:
             self._do("flush", {})
 
-        @precondition(lambda self: allowed("reuse_released") and self.has_released())
+        @precondition(lambda self: allowed("reuse_released") and self.out_of_group() and self.has_released())
         @rule(i=PICK, n=lengths)
         def reuse_released(self, i: int, n: int) -> None:
             rid = self._pick(i, RELEASED)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from impl.req_pool import ContractViolation
+
 
 class BaseTokenToKVPoolAllocator:
     """Free pages live in `free_pages`; with `need_sort`, frees go to `release_pages` and merge lazily."""
@@ -30,8 +32,18 @@ class BaseTokenToKVPoolAllocator:
             self.release_pages = self._empty()
 
     def free_group_begin(self) -> None:
-        # Not re-entrant, as upstream: a nested begin drops the frees already pending.
+        # Not re-entrant: a nested begin would drop the frees already pending (0.5.18 lets it; 0.5.23 asserts).
+        if self.free_group is not None:
+            raise ContractViolation("free groups cannot be nested")
         self.free_group = []
+
+    def pending_pages(self) -> torch.Tensor:
+        """The pages freed into the open free group, each as often as its free will release it."""
+        group = self.free_group or []
+        if not group:
+            return self._empty()
+        slots = torch.cat(group)
+        return slots if self.page_size == 1 else torch.unique(slots // self.page_size)
 
     def free_group_end(self) -> None:
         pending, self.free_group = self.free_group, None

@@ -28,8 +28,3 @@ class DecodeReqToTokenPool(ReqToTokenPool):
         for row in rows:
             self.req_generation[row] += 1
         return rows
-
-    def clear(self) -> None:
-        total = self.size + self.pre_alloc_size
-        self.free_slots = list(range(1, total + 1))
-        self.req_generation = [0] * (total + 1)

@@ -72,6 +72,8 @@ class ReferencePool(SchedulerGlue[Req]):
             "offload_release",
             "evict",
             "flush",
+            "group_begin",
+            "group_end",
             "pd_prealloc",
             "reuse_released",
             "release_again",
@@ -142,9 +144,14 @@ class ReferencePool(SchedulerGlue[Req]):
         for rid, req, view in plan.decode:
             req.fill_ids = [*req.fill_ids[: view.committed_len], output_token(rid, view.committed_len)]
             req.status = ReqStatus.DECODING
+        own_group = self.allocator.free_group is None  # the result pass frees what it stashes in one group
+        if own_group:
+            self.allocator.free_group_begin()
         for rid, req, extend in plan.prefill:
             self._extend_result(req, extend)
             self.reqs[rid] = req
+        if own_group:
+            self.allocator.free_group_end()
         return rows
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
@@ -274,6 +281,14 @@ class ReferencePool(SchedulerGlue[Req]):
             raise Refused(f"cannot evict a negative number of tokens ({num_tokens})")
         return self.cache.evict(num_tokens)
 
+    def group_begin(self) -> None:
+        """The result pass opens the allocator's free group: what it releases comes back at the group's end."""
+        self._contract(self.allocator.free_group_begin)
+
+    def group_end(self) -> None:
+        """The result pass ends: the group's frees come back (nothing happens without an open group)."""
+        self.allocator.free_group_end()
+
     def flush(self) -> None:
         """`flush_cache`, only when idle: reset the tree, clear the allocator and the row pool."""
         busy = sorted(rid for rid, r in self.reqs.items() if r.status is not ReqStatus.FINISHED or r.kv.holds_kv)
@@ -395,6 +410,8 @@ class ReferencePool(SchedulerGlue[Req]):
             tree_slots=tree.owned_slots() if tree is not None else empty,
             evictable_slots=tree.owned_slots(unlocked_only=True) if tree is not None else empty,
             evictable_recount=evictable,
+            group_open=self.allocator.free_group is not None,
+            pending_pages=self.allocator.pending_pages(),
             protected_recount=protected,
             req_to_token=pool.req_to_token.clone(),
         )
@@ -409,12 +426,13 @@ class ReferencePool(SchedulerGlue[Req]):
 
     def _release(self, req: Req, is_insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group when it runs in a result-processing pass as upstream's does."""
-        if grouped:
+        own_group = grouped and self.allocator.free_group is None  # else it joins the result pass's open group
+        if own_group:
             self.allocator.free_group_begin()
         try:
             self._contract(lambda: release_kv_cache(req, self.cache, is_insert, self.config.speculative))
         finally:
-            if grouped:
+            if own_group:
                 self.allocator.free_group_end()
         if not self.faults.on("stale_last_node_after_reset"):
             req.last_node = None  # the lock went back with the release; the scheduler drops the handle
@@ -481,6 +499,9 @@ class ReferencePool(SchedulerGlue[Req]):
 
     def _evictable_slot_count(self) -> int:
         return self.cache.evictable_size()
+
+    def _group_open(self) -> bool:
+        return self.allocator.free_group is not None
 
     def _new_entry(self, rid: int, prompt_len: int | None, family: int, kind: int = KIND_NORMAL) -> Req:
         """A request of `kind` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""

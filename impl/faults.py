@@ -69,7 +69,7 @@ _IN_SCOPE = (
     ),
     Fault(
         name="chunk_row_free_between_chunks",
-        site="ReferencePool._run_extend (after the chunk stash)",
+        site="ReferencePool._extend_result (after the chunk stash)",
         mechanism="a chunked request gives its row back at the stash and takes a fresh one for its next "
         "chunk, so between chunks it runs without a row and another request can take the old one",
         origin="sglang PR #17850 (req-aware alloc(reqs) keeps the row)",
@@ -127,7 +127,7 @@ _IN_SCOPE = (
     ),
     Fault(
         name="chunk_rematch_lock_leak",
-        site="ReferencePool._run_extend (chunk continuation)",
+        site="ReferencePool._open_extend (chunk continuation)",
         mechanism="a continuing chunked request re-matches its stashed prefix and locks that node again each "
         "round without releasing the previous lock",
         origin="sglang #1858 (mechanism not stated in the PR; hypothesis)",
@@ -147,6 +147,13 @@ _IN_SCOPE = (
         origin="sglang #35270",
     ),
     Fault(
+        name="clear_zeroes_generations",
+        site="ReqToTokenPool.clear (row generations)",
+        mechanism="a flush zeroes req_generation, so the next request on a row gets a (row, generation) pair an "
+        "earlier holder had, and a reader that stored the pair cannot tell the row was reused",
+        origin="sglang 0.5.18 memory_pool.py ReqToTokenPool.clear; 0.5.23 keeps generations monotonic",
+    ),
+    Fault(
         name="stale_last_node_after_reset",
         site="ReferencePool._release (lock handle)",
         mechanism="the scheduler keeps a released request's last_node, so the handle outlives its lock and, "
@@ -155,7 +162,7 @@ _IN_SCOPE = (
     ),
     Fault(
         name="skip_continuing_chunk_count",
-        site="ReferencePool._run_extend (result branch)",
+        site="ReferencePool._extend_result (result branch)",
         mechanism="a continuing middle chunk is not counted in inflight_middle_chunks, so its result takes "
         "the normal branch and the request leaves prefill before its prompt is in KV",
         origin="sglang-jax #971",

@@ -143,6 +143,10 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
         if reps:
             self._release_page_ids(torch.cat(reps) // self.page_size)
 
+    def pending_pages(self) -> torch.Tensor:
+        reps = [r // self.page_size for r in self.free_page_reps_group]
+        return torch.cat([super().pending_pages(), *reps])
+
     def _release_page_ids(self, page_ids: torch.Tensor) -> None:
         page_ids = page_ids.to(torch.int64)
         if self.need_sort:

@@ -78,5 +78,8 @@ class ReqToTokenPool:
         req.kv.req_pool_idx = None
 
     def clear(self) -> None:
-        self.free_slots = list(range(1, self.size + 1))
-        self.req_generation = [0] * (self.size + 1)
+        """Every row free again. Generations stay: they must only grow, or a reader's stored (row, generation)
+        pair could match the row's next holder (0.5.23 keeps them; 0.5.18 zeroed them)."""
+        self.free_slots = list(range(1, len(self.req_generation)))  # every row, pre-allocation rows included
+        if self.faults.on("clear_zeroes_generations"):
+            self.req_generation = [0] * len(self.req_generation)

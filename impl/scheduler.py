@@ -111,6 +111,10 @@ class SchedulerGlue(ABC, Generic[E]):
     def _evictable_slot_count(self) -> int:
         """Slots the tree could free by eviction now (`evictable_size()`)."""
 
+    @abstractmethod
+    def _group_open(self) -> bool:
+        """Whether the allocator's free group is open (a result pass under way)."""
+
     # -- lookup and status ---------------------------------------------------------------------------------
 
     def _get(self, rid: int) -> E:
@@ -166,6 +170,8 @@ class SchedulerGlue(ABC, Generic[E]):
         busy = self._busy()
         if busy:
             raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
+        if self._group_open():
+            raise Refused("flush needs an idle pool; a result pass's free group is open")
 
     # -- extend planning and capacity ----------------------------------------------------------------------
 

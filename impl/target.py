@@ -110,7 +110,9 @@ class PoolSnapshot:
     `page_size` is 1, page ids otherwise. `row_slots` holds each holding record's row `[0, A)` (tree slots
     of `[0, P)` included); `tree_slots` every slot the tree owns, `evictable_slots` those on unlocked nodes;
     `req_to_token` the whole row table. `tree_problem` is the tree's own consistency check's complaint
-    (upstream's `sanity_check`, or the reference's recount), None when it passes.
+    (upstream's `sanity_check`, or the reference's recount), None when it passes. `group_open` says the
+    allocator's free group is open, and `pending_pages` lists the pages (slots at page size 1) freed into it,
+    each as often as the group's end will release it.
     """
 
     rows_total: int
@@ -133,6 +135,8 @@ class PoolSnapshot:
     evictable_recount: int = 0
     protected_recount: int = 0
     tree_problem: str | None = None
+    group_open: bool = False
+    pending_pages: torch.Tensor = field(default_factory=_empty)
     req_to_token: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 0), dtype=torch.int32))
 
 
@@ -178,6 +182,8 @@ class Target(Protocol):
     # -- pool maintenance and PD decode ----------------------------------------------------------------------
     def evict(self, num_tokens: int) -> int: ...
     def flush(self) -> None: ...
+    def group_begin(self) -> None: ...
+    def group_end(self) -> None: ...
     def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int: ...
 
     # -- calls the contract forbids --------------------------------------------------------------------------

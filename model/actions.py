@@ -105,6 +105,18 @@ def own_slots(o: Any, p: Sizes, s: State, req: Any) -> Any:
     return owned_slots(_sel(o, s, "rec_P", req), _sel(o, s, "rec_A", req), p.page_size)
 
 
+# -- what the allocator takes back ------------------------------------------------------------------------
+
+
+def freed(o: Any, s: State, k: Any) -> State:
+    """`k` slots the allocator takes back: free at once, or, while a free group is open, pending until it ends."""
+    grouped = s.group_open == 1
+    return s.but(
+        n_free_slots=o.If(grouped, s.n_free_slots, s.n_free_slots + k),
+        pending_slots=o.If(grouped, s.pending_slots + k, s.pending_slots),
+    )
+
+
 # -- on-demand eviction ------------------------------------------------------------------------------------
 
 # An allocation that may evict the tree on demand reads what it could evict before the call (`evictable`, the
@@ -128,7 +140,7 @@ def _after_eviction(o: Any, p: Sizes, s: State, a: Args) -> State:
     """`evicted` tree slots freed before the allocation takes its own."""
     if not p.on_demand:
         return s
-    return s.but(tree_slots=s.tree_slots - a["evicted"], n_free_slots=s.n_free_slots + a["evicted"])
+    return freed(o, s.but(tree_slots=s.tree_slots - a["evicted"]), a["evicted"])
 
 
 def _eviction_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
@@ -256,10 +268,8 @@ def _stash(o: Any, p: Sizes, s: State, req: Any, dup: Any) -> State:
     if not p.radix:
         return s
     P, key_len = _sel(o, s, "rec_P", req), page_floor(o, p, _sel(o, s, "rec_C", req))
-    stashed = s.but(
-        tree_slots=s.tree_slots + key_len - dup,
-        n_free_slots=s.n_free_slots + dup - P,
-        owned_slots=s.owned_slots - (key_len - P),
+    stashed = freed(
+        o, s.but(tree_slots=s.tree_slots + key_len - dup, owned_slots=s.owned_slots - (key_len - P)), dup - P
     )
     stashed = _set(o, stashed, req, rec_P=key_len, rec_locked=o.If(key_len > 0, 1, 0))
     return ite_state(o, _inserts(o, p, s, req), stashed, s)
@@ -282,11 +292,7 @@ def _release(o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear
     C, row = _sel(o, s, "rec_C", req), _sel(o, s, "rec_row", req)
     owned = own_slots(o, p, s, req)
     cached = o.If(_inserts(o, p, s, req), page_floor(o, p, C) - dup, 0) if insert else 0
-    s = s.but(
-        n_free_slots=s.n_free_slots + owned - cached,
-        tree_slots=s.tree_slots + cached,
-        owned_slots=s.owned_slots - owned,
-    )
+    s = freed(o, s.but(tree_slots=s.tree_slots + cached, owned_slots=s.owned_slots - owned), owned - cached)
     s = _set(o, _return_row(o, s, row), req, rec_A=0, rec_locked=0)
     return _set(o, s, req, rec_row=0) if clear_row else s
 
@@ -535,8 +541,8 @@ PP_RELEASE_RAW = dataclasses.replace(PP_RELEASE, update=_no_insert_update(False)
 def _manual_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     """Frees the pages of `[0, extend_range.end)` raw, whatever the record owns or the tree holds; no unlock."""
     req = a["req"]
-    freed, owned = ceil_align(o, p, _sel(o, s, "rec_end", req)), own_slots(o, p, s, req)
-    s = s.but(n_free_slots=s.n_free_slots + freed, owned_slots=s.owned_slots - owned)
+    raw, owned = ceil_align(o, p, _sel(o, s, "rec_end", req)), own_slots(o, p, s, req)
+    s = freed(o, s.but(owned_slots=s.owned_slots - owned), raw)
     s = _return_row(o, s, _sel(o, s, "rec_row", req))
     return _set_status(o, _set(o, s, req, rec_row=0, rec_A=0), req, STATUS_DONE)
 
@@ -596,15 +602,15 @@ ABORT = Action(
 
 
 def _evict_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
-    freed = a["freed"]
-    return o.And(freed >= 0, freed <= s.tree_slots, page_floor(o, p, freed) == freed)
+    got = a["freed"]
+    return o.And(got >= 0, got <= s.tree_slots, page_floor(o, p, got) == got)
 
 
 EVICT = Action(
     "evict",
     (("n", "len"), ("freed", "len")),
     lambda o, p, s, a: a["n"] >= 1,  # a chunk cache evicts nothing, and says so
-    lambda o, p, s, a: s.but(tree_slots=s.tree_slots - a["freed"], n_free_slots=s.n_free_slots + a["freed"]),
+    lambda o, p, s, a: freed(o, s.but(tree_slots=s.tree_slots - a["freed"]), a["freed"]),
     _evict_choice_ok,
     choice=("freed",),
 )
@@ -612,7 +618,7 @@ EVICT = Action(
 FLUSH = Action(
     "flush",
     (),
-    lambda o, p, s, a: o.And(s.n_held_rows == 0, s.owned_slots == 0, s.n_active == 0),
+    lambda o, p, s, a: o.And(s.n_held_rows == 0, s.owned_slots == 0, s.n_active == 0, s.group_open == 0),
     lambda o, p, s, a: s.but(tree_slots=0, n_free_slots=s.n_free_slots + s.tree_slots),
 )
 
@@ -679,9 +685,9 @@ def _offload_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     req = a["req"]
     C, A = _sel(o, s, "rec_C", req), _sel(o, s, "rec_A", req)
     over = ceil_align(o, p, A) - ceil_align(o, p, C)
-    freed = ceil_align(o, p, C) + o.If(over > 0, over, 0)
+    raw = ceil_align(o, p, C) + o.If(over > 0, over, 0)
     owned = o.If(holds(o, s, req), own_slots(o, p, s, req), 0)
-    s = s.but(n_free_slots=s.n_free_slots + freed, owned_slots=s.owned_slots - owned)
+    s = freed(o, s.but(owned_slots=s.owned_slots - owned), raw)
     s = _set(o, _return_row(o, s, offload_row(o, s, a)), req, rec_row=0, rec_A=0)
     return _set_status(o, s, req, STATUS_DONE)
 
@@ -731,6 +737,24 @@ FREE_ROW = Action(
     negative=True,
 )
 
+# -- free groups: the result pass frees what it releases at once, at the group's end ------------------------
+
+GROUP_BEGIN = Action(
+    "group_begin",
+    (),
+    lambda o, p, s, a: s.group_open == 0,  # not re-entrant: a nested begin would drop the pending frees
+    lambda o, p, s, a: s.but(group_open=1),
+)
+
+
+def _group_end_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """The pending frees come back; without an open group nothing happens."""
+    ended = s.but(n_free_slots=s.n_free_slots + s.pending_slots, pending_slots=0, group_open=0)
+    return ite_state(o, s.group_open == 1, ended, s)
+
+
+GROUP_END = Action("group_end", (), lambda o, p, s, a: True, _group_end_update)
+
 CONTRACT: tuple[Action, ...] = (
     ADMIT,
     EXTEND,
@@ -744,6 +768,8 @@ CONTRACT: tuple[Action, ...] = (
     ABORT,
     EVICT,
     FLUSH,
+    GROUP_BEGIN,
+    GROUP_END,
     PD_PREALLOC,
     OFFLOAD_RELEASE,
     REUSE_RELEASED,

@@ -23,6 +23,7 @@ from model.actions import (
     _eviction_ok,
     _inserts,
     _room,
+    freed,
     page_floor,
 )
 from model.interp import PY, PyOps
@@ -121,7 +122,7 @@ def batch_action(table: dict[str, Action]) -> Action:
                 low_total += low if _inserts(o, p, s, e["req"]) else 0
                 s = action.halves.result(o, p, s, {**e, "dup": low})
         extra = a["dup"] - low_total if p.radix else 0  # what the inserts found cached beyond what they locked
-        return s.but(tree_slots=s.tree_slots - extra, n_free_slots=s.n_free_slots + extra)
+        return freed(o, s.but(tree_slots=s.tree_slots - extra), extra)
 
     return Action("batch", BATCH_PARAMS, enabled, update, choice_ok, choice=BATCH_CHOICE, optional=BATCH_OPTIONAL)
 

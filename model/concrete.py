@@ -59,7 +59,10 @@ class Model:
             for rid in self.known_requests()
         }
         free = frozenset(r for r in range(1, self.sizes.rows + 1) if not s.row_held.get(r))
-        return Observation(records, free, s.n_free_rows, s.n_free_slots, s.tree_slots)
+        generations = tuple(s.row_gen.get(r) for r in range(1, self.sizes.rows + 1))
+        return Observation(
+            records, free, s.n_free_rows, s.n_free_slots, s.tree_slots, generations, s.group_open == 1, s.pending_slots
+        )
 
     def violated_invariants(self) -> list[str]:
         """Invariants whose symbolic form is false on the current state, at some known index."""

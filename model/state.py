@@ -10,6 +10,8 @@ Slots are counted, not named: `owned_slots` is the sum over holding records of t
 tree lock (`last_node` below the root); `rec_end` is `extend_range.end` and `rec_prompt` the prompt length;
 `rec_kind` is the request's kind (`properties.vocabulary.KIND_*`);
 `n_active` counts the requests the scheduler still has (prefill, decoding or waiting): a flush needs none.
+`group_open` is 1 while the allocator's free group is open (`free_group_begin` .. `free_group_end`), and
+`pending_slots` counts what was freed into it: those slots come back at the group's end.
 """
 
 from __future__ import annotations
@@ -68,6 +70,8 @@ class State:
     owned_slots: Any
     tree_slots: Any
     n_active: Any
+    group_open: Any
+    pending_slots: Any
 
     def but(self, **changes: Any) -> State:
         return dataclasses.replace(self, **changes)
@@ -88,7 +92,16 @@ ARRAY_FIELDS = {
     "rec_locked": 0,
     "rec_kind": 0,
 }
-COUNTER_FIELDS = ("n_free_rows", "n_held_rows", "n_free_slots", "owned_slots", "tree_slots", "n_active")
+COUNTER_FIELDS = (
+    "n_free_rows",
+    "n_held_rows",
+    "n_free_slots",
+    "owned_slots",
+    "tree_slots",
+    "n_active",
+    "group_open",
+    "pending_slots",
+)
 
 
 def initial(o: Any, sizes: Sizes) -> State:
@@ -102,6 +115,8 @@ def initial(o: Any, sizes: Sizes) -> State:
         owned_slots=0,
         tree_slots=0,
         n_active=0,
+        group_open=0,
+        pending_slots=0,
     )
 
 

@@ -318,16 +318,20 @@ def _offload_equivalence(shape: str) -> Theorem:
 
 
 def offload_differs_only_by_prefix(offload: State, unified: State, req: Any, protected: Any) -> Any:
-    """Equal states, but for `protected` more free slots and `req`'s tree lock kept after the offload release."""
+    """Equal states, but for `protected` more freed slots (free, or pending in an open free group) and `req`'s tree
+    lock kept after the offload release."""
     kept = dataclasses.fields(State)
     same = [
         getattr(offload, f.name) == getattr(unified, f.name)
         for f in kept
-        if f.name not in ("n_free_slots", "rec_locked")
+        if f.name not in ("n_free_slots", "pending_slots", "rec_locked")
     ]
     locked = Z3.select(offload.rec_locked, req)
     lock = z3.And(offload.rec_locked == Z3.store(unified.rec_locked, req, locked), locked == z3.If(protected > 0, 1, 0))
-    return z3.And(*same, offload.n_free_slots == unified.n_free_slots + protected, lock)
+    grouped = unified.group_open == 1
+    free = offload.n_free_slots == unified.n_free_slots + z3.If(grouped, 0, protected)
+    pending = offload.pending_slots == unified.pending_slots + z3.If(grouped, protected, 0)
+    return z3.And(*same, free, pending, lock)
 
 
 def sentinel_row_freed(s: State, tag: str) -> Any:

@@ -43,6 +43,9 @@ class Observation:
     free_row_count: int
     free_slot_count: int
     tree_slot_count: int
+    generations: tuple[int, ...]  # each row's generation, rows 1.. in order
+    group_open: bool
+    pending_slot_count: int  # freed into the open free group, back at its end
 
     def differences(self, other: Observation) -> list[str]:
         """Human-readable differences, `self` being the model and `other` the target."""
@@ -59,6 +62,13 @@ class Observation:
             out.append(f"free slots: model {self.free_slot_count}, pool {other.free_slot_count}")
         if self.tree_slot_count != other.tree_slot_count:
             out.append(f"tree-owned slots: model {self.tree_slot_count}, pool {other.tree_slot_count}")
+        if self.generations != other.generations:
+            out.append(f"row generations: model {list(self.generations)}, pool {list(other.generations)}")
+        if (self.group_open, self.pending_slot_count) != (other.group_open, other.pending_slot_count):
+            out.append(
+                f"free group (open, pending slots): model {(self.group_open, self.pending_slot_count)}, "
+                f"pool {(other.group_open, other.pending_slot_count)}"
+            )
         return out
 
 
@@ -78,4 +88,7 @@ def observe(snap: SnapshotLike) -> Observation:
     }
     free_slots = (snap.free_slots.numel() + snap.release_slots.numel()) * snap.page_size
     tree = snap.evictable_size + snap.protected_size
-    return Observation(records, frozenset(snap.free_rows), len(snap.free_rows), free_slots, tree)
+    generations = tuple(snap.row_generation[1 : snap.rows_total + 1])
+    pending = snap.pending_pages.numel() * snap.page_size
+    rows = frozenset(snap.free_rows)
+    return Observation(records, rows, len(snap.free_rows), free_slots, tree, generations, snap.group_open, pending)

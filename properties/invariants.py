@@ -321,16 +321,30 @@ def _row_conservation_check(snap: SnapshotLike) -> list[str]:
 def _token_conservation(o: Any, p: Any, s: Any) -> Term:
     # That `owned_slots` is the sum over records is a cardinality fact: the concrete check recounts it.
     counts = o.And(s.n_free_slots >= 0, s.tree_slots >= 0)
-    return o.And(s.n_free_slots + s.tree_slots + s.owned_slots == p.tokens, counts)
+    return o.And(s.n_free_slots + s.pending_slots + s.tree_slots + s.owned_slots == p.tokens, counts)
 
 
 def _token_conservation_check(snap: SnapshotLike) -> list[str]:
     ps = snap.page_size
     free = (snap.free_slots.numel() + snap.release_slots.numel()) * ps
+    pending = snap.pending_pages.numel() * ps
     owned = sum(owned_slots(r.protected_len, r.allocated_len, ps) for r in snap.records.values() if r.row is not None)
     tree = snap.evictable_size + snap.protected_size
-    if free + tree + owned != snap.tokens_total:
-        return [f"{free} free + {tree} tree-owned + {owned} request-owned slots != {snap.tokens_total} slots"]
+    if free + pending + tree + owned != snap.tokens_total:
+        counted = f"{free} free + {pending} pending + {tree} tree-owned + {owned} request-owned slots"
+        return [f"{counted} != {snap.tokens_total} slots"]
+    return []
+
+
+def _free_group(o: Any, p: Any, s: Any) -> Term:
+    """A free group is open or not, and holds frees only while open."""
+    one_or_none = o.Or(s.group_open == 0, s.group_open == 1)
+    return o.And(one_or_none, s.pending_slots >= 0, o.Implies(s.group_open == 0, s.pending_slots == 0))
+
+
+def _free_group_check(snap: SnapshotLike) -> list[str]:
+    if not snap.group_open and snap.pending_pages.numel():
+        return [f"no free group is open, yet pages {snap.pending_pages.tolist()[:8]} wait in one"]
     return []
 
 
@@ -349,7 +363,8 @@ def page_snapshot(snap: SnapshotLike) -> PageSnapshot:
         protected_lens=as_long([rec.protected_len for rec in holding]),
         allocated_lens=as_long([rec.allocated_len for rec in holding]),
         free_pages=snap.free_slots.to(torch.int64),
-        release_pages=snap.release_slots.to(torch.int64),
+        # What the open free group will release is on its way to the free list: neither owned nor the tree's.
+        release_pages=torch.cat((snap.release_slots, snap.pending_pages)).to(torch.int64),
         tree_pages=tree_pages.to(torch.int64),
         num_pages=snap.tokens_total // snap.page_size,
         page_size=snap.page_size,
@@ -373,9 +388,8 @@ def page_lists(snap: SnapshotLike) -> PageLists | None:
     ]
     tree_pages = sorted({slot // snap.page_size for slot in snap.tree_slots.tolist()})
     width = snap.req_to_token.shape[1]
-    return PageLists(
-        rows, snap.free_slots.tolist(), snap.release_slots.tolist(), tree_pages, num_pages, snap.page_size, width
-    )
+    releasing = snap.release_slots.tolist() + snap.pending_pages.tolist()  # the open free group's, too
+    return PageLists(rows, snap.free_slots.tolist(), releasing, tree_pages, num_pages, snap.page_size, width)
 
 
 def _page_ownership_check(snap: SnapshotLike) -> list[str]:
@@ -542,7 +556,7 @@ INVARIANTS: tuple[Invariant, ...] = (
     ),
     Invariant(
         "token-conservation",
-        "free + tree-owned + sum of holding records' ceil_align(A) - P == total slots",
+        "free + pending in the free group + tree-owned + sum of holding records' ceil_align(A) - P == total slots",
         (),
         _token_conservation,
         _token_conservation_check,
@@ -568,6 +582,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         (),
         None,
         _lock_holders_check,
+    ),
+    Invariant(
+        "free-group",
+        "the allocator's free group is open or not, and holds frees only while open",
+        (),
+        _free_group,
+        _free_group_check,
     ),
     Invariant(
         "tree-own-check",

@@ -53,8 +53,8 @@ STRICT_FLAGS = {
 
 CONTRACTS: dict[str, tuple[RowContract, AllocContract]] = {
     "reference": (
-        RowContract(generation_survives_clear=False),
-        AllocContract(refuses_nested_group=False),
+        RowContract(),
+        AllocContract(),
     ),
     "0.5.23": (
         RowContract(),
@@ -69,15 +69,6 @@ CONTRACTS: dict[str, tuple[RowContract, AllocContract]] = {
 Triage = Literal["upstream bug", "contract difference"]
 # Every strict flag a target does not keep: how it is triaged, and what the unit does instead.
 DIFFERENCES: dict[tuple[str, str], tuple[Triage, str]] = {
-    ("reference", "generation_survives_clear"): (
-        "contract difference",
-        "ReqToTokenPool.clear zeroes req_generation as 0.5.18 does, so a row's holder after a flush can carry the "
-        "(row, generation) pair of one before it (tests/impl/test_flows.py pins the zeroing)",
-    ),
-    ("reference", "refuses_nested_group"): (
-        "contract difference",
-        "free_group_begin inside an open group starts a new group and drops the pending frees, as 0.5.18 does",
-    ),
     ("0.5.23", "refuses_atomically"): (
         "upstream bug",
         "free_segments / free_full_segments check page-disjointness lazily (the _page_disjoint generator), so the "

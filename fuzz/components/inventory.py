@@ -49,6 +49,7 @@ _ALLOCATOR = {
     "clear": "Clear (with pages held and a group open)",
     "resize": "Resize (a clear at 1 to twice the built number of pages)",
     "available_size": "observed after every event",
+    "pending_pages": "observed after every event (the pages an open free group holds back)",
     "size_full": "Query (the size the allocator was built or resized to)",
     "get_all_free_pages": "Query (free and staged pages, as the model has them)",
     "check_decode_capacity": "Query (no tree cache: available_size() >= num_tokens)",

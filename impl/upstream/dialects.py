@@ -108,6 +108,24 @@ class Dialect(abc.ABC):
         self.select_kernels(paged, kernels)
         return paged
 
+    def free_group(self, allocator: Any) -> tuple[bool, torch.Tensor]:
+        """Whether the allocator's free group is open, and the pages (slots at page size 1) freed into it, each as
+        often as the group's end will release it: the slot tensors `free` deferred (deduplicated per page, as
+        the paged free's `unique`) and the page ids or representatives the segment frees deferred."""
+        if hasattr(allocator, "is_not_in_free_group"):  # 0.5.18: a flag beside an always-present list
+            is_open = not allocator.is_not_in_free_group
+        else:
+            is_open = allocator.free_group is not None
+        ps = allocator.page_size
+        slots = list(allocator.free_group or []) if is_open else []
+        pages = [torch.cat(slots)] if slots and ps == 1 else [torch.unique(torch.cat(slots) // ps)] if slots else []
+        if hasattr(allocator, "free_page_ids_group"):
+            pages += list(allocator.free_page_ids_group)  # 0.5.23: page ids
+        else:
+            pages += [reps // ps for reps in getattr(allocator, "free_page_reps_group", [])]  # 0.5.18: slot reps
+        pending = torch.cat(pages).to(torch.int64) if pages and is_open else torch.empty(0, dtype=torch.int64)
+        return is_open, pending
+
     def release_slots(self, allocator: Any) -> torch.Tensor:
         """The freed pages waiting for a merge under `need_sort` (`release_pages`), oldest first."""
         pages = allocator.release_pages

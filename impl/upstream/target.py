@@ -100,6 +100,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "abort",
             "evict",
             "flush",
+            "group_begin",
+            "group_end",
             "reuse_released",
             "release_again",
             "free_row",
@@ -158,9 +160,14 @@ class SglangPool(SchedulerGlue[_Request]):
         extend_batch = self._prepare_prefill(plan)
         if plan.decode:
             self._decode_all(plan)
+        own_group = plan.prefill and not self._group_open()  # the result pass's group: its stashes free there
+        if own_group:
+            self.allocator.free_group_begin()
         for index, (rid, entry, extend) in enumerate(plan.prefill):
             self._extend_result(entry, extend, self.dialect.split_batch(extend_batch, index))
             self.reqs[rid] = entry
+        if own_group:
+            self.allocator.free_group_end()
         return [int(self.dialect.row(self._get(rid).req) or 0) for rid in plan.rids]
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
@@ -245,6 +252,16 @@ class SglangPool(SchedulerGlue[_Request]):
         return self.dialect.evict(self.cache, num_tokens)
 
     @_logged
+    def group_begin(self) -> None:
+        """The result pass opens the allocator's free group (`free_group_begin`)."""
+        self._upstream(self.allocator.free_group_begin)
+
+    @_logged
+    def group_end(self) -> None:
+        """The result pass ends: `free_group_end` gives the group's frees back."""
+        self._upstream(self.allocator.free_group_end)
+
+    @_logged
     def flush(self) -> None:
         """The scheduler's idle `flush_cache`: `tree_cache.reset()`, `req_to_token_pool.clear()`, the
         allocator's `clear()`; refused unless every request finished and holds no row (`is_fully_idle`)."""
@@ -309,6 +326,7 @@ class SglangPool(SchedulerGlue[_Request]):
             if view.row is not None and 1 <= view.row <= pool.size
         }
         tree = self.dialect.tree_view(self.cache)
+        group_open, pending = self.dialect.free_group(self.allocator)
         return PoolSnapshot(
             rows_total=pool.size,
             width=pool.max_context_len,
@@ -329,6 +347,8 @@ class SglangPool(SchedulerGlue[_Request]):
             evictable_recount=tree.evictable_recount,
             protected_recount=tree.protected_recount,
             tree_problem=tree.problem,
+            group_open=group_open,
+            pending_pages=pending,
             req_to_token=pool.req_to_token.clone(),
         )
 
@@ -352,6 +372,9 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _evictable_slot_count(self) -> int:
         return int(self.cache.evictable_size())
+
+    def _group_open(self) -> bool:
+        return self.dialect.free_group(self.allocator)[0]
 
     def _new_entry(self, rid: int, prompt_len: int | None, family: int, kind: int = KIND_NORMAL) -> _Request:
         """An upstream `Req` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
@@ -378,13 +401,15 @@ class SglangPool(SchedulerGlue[_Request]):
             raise Refused(f"upstream assert: {exc}") from exc
 
     def _release(self, req: Any, insert: bool, grouped: bool) -> None:
-        """`release_kv_cache`, inside a free group where it runs in a result-processing pass, as the scheduler."""
-        if grouped:
+        """`release_kv_cache`, inside a free group where it runs in a result-processing pass, as the scheduler (in
+        the pass's group if one is open, else in its own)."""
+        own_group = grouped and not self._group_open()
+        if own_group:
             self.allocator.free_group_begin()
         try:
             self._upstream(lambda: self.dialect.release(req, self.cache, insert))
         finally:
-            if grouped:
+            if own_group:
                 self.allocator.free_group_end()
 
     def _prepare_prefill(self, plan: BatchPlan[_Request]) -> Any:

@@ -52,8 +52,8 @@ def test_every_registered_fault_names_its_site_and_origin() -> None:
 
 
 def test_every_historical_pattern_is_registered_in_or_out_of_scope() -> None:
-    # Section 8's thirty patterns plus PR #37167's three; none is dropped silently.
-    assert len(PATTERNS) == 33
+    # Section 8's thirty patterns, PR #37167's three and 0.5.18's generation reset; none is dropped silently.
+    assert len(PATTERNS) == 34
     assert set(FAULTS) == {name for name, f in PATTERNS.items() if f.in_scope}
     for fault in PATTERNS.values():
         assert bool(fault.out_of_scope) != fault.in_scope, fault.name
@@ -306,6 +306,18 @@ def test_stale_last_node_after_reset_keeps_the_handle() -> None:
     faulty.flush()
     assert faulty.reqs[0].last_node is not None  # it outlives the tree it points into
     assert faulty.snapshot().records[0].tree_locked
+
+
+def test_clear_zeroes_generations_repeats_a_row_generation_pair() -> None:
+    clean, faulty = _pools(CHUNK, "clear_zeroes_generations")
+    for pool in (clean, faulty):
+        pool.admit(0, 4, prompt_len=4)
+        pool.finish(0)
+        pool.flush()
+    assert clean.snapshot().row_generation[4] == 1  # monotonic across the flush
+    assert faulty.snapshot().row_generation == [0] * 5
+    faulty.admit(1, 4, prompt_len=4)  # row 4 again, generation 1 again: request 0's pair
+    assert (faulty.snapshot().records[1].row, faulty.snapshot().row_generation[4]) == (4, 1)
 
 
 def test_skip_continuing_chunk_count_ends_prefill_early() -> None:

@@ -470,11 +470,12 @@ def test_flush_only_when_idle_then_everything_is_free() -> None:
         pool.flush()
     pool.abort(1)
     assert pool.snapshot().evictable_size == 8
+    generations = pool.snapshot().row_generation
     pool.flush()
     snap = pool.snapshot()
     assert snap.tree_slots.numel() == 0 and snap.evictable_size == 0
     assert sorted(snap.free_slots.tolist()) == list(range(1, snap.num_pages + 1))
-    assert set(snap.row_generation) == {0}
+    assert snap.row_generation == generations and sum(generations) == 2  # they only grow (0.5.23 keeps them)
     assert_idle_clean(pool)
 
 

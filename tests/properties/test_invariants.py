@@ -120,6 +120,15 @@ def _page_owned_and_free(s: PoolSnapshot) -> PoolSnapshot:
     return dataclasses.replace(s, free_slots=torch.cat((s.free_slots, torch.tensor([s.row_slots[0][0]]))))
 
 
+def _freed_outside_group(s: PoolSnapshot) -> PoolSnapshot:
+    """A free page parked in a free group that is not open: its slots are neither free nor held."""
+    return dataclasses.replace(s, free_slots=s.free_slots[1:], pending_pages=s.free_slots[:1])
+
+
+def _freed_outside_group_state(m: State, s: PoolSnapshot) -> State:
+    return m.but(n_free_slots=m.n_free_slots - s.page_size, pending_slots=m.pending_slots + s.page_size)
+
+
 PLANTED: dict[str, Planted] = {
     "kv-presence": _record("chunk", 0, lambda s: {"allocated_len": 0, "committed_len": 0}),
     "row-owner": _row_freed("chunk", 0),
@@ -148,6 +157,7 @@ PLANTED: dict[str, Planted] = {
         lambda m, s: m.but(n_free_slots=m.n_free_slots - 1),
     ),
     "page-ownership": Planted("chunk", _page_owned_and_free, None),
+    "free-group": Planted("chunk", _freed_outside_group, _freed_outside_group_state),
     "tree-counters": Planted("radix", lambda s: dataclasses.replace(s, evictable_size=s.evictable_size + 4), None),
     "tree-lock-holders": Planted(
         "radix", lambda s: dataclasses.replace(s, protected_recount=s.protected_recount + 4), None

@@ -54,7 +54,7 @@ def test_stale_row_reuse_is_a_0518_finding() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        {"expect_kind": "invariant"},  # the recorded failure kind is wrong
+        {"expect_kind": "refused-legal"},  # the recorded failure kind is wrong (no finding has it)
         {"expect_id": "release_again"},  # the recorded failing op is wrong
     ],
 )
