@@ -1,8 +1,9 @@
 """Abstract transitions: the shape of the model's state before a step, the op, and its outcome.
 
-The shape is ten digits: how many requests are in prefill, decoding, released and waiting (0, 1 or 2 for two or
-more), whether no row, some or every row is free, whether no slot is free, fewer than a full row's or more, and
-three flags: the tree owns slots, some record is over-allocated (C < A), some record holds a tree lock. The
+The shape is eleven digits: how many requests are in prefill, decoding, released and waiting (0, 1 or 2 for two
+or more), whether no row, some or every row is free, whether no slot is free, fewer than a full row's or more,
+and four flags: the tree owns slots, some record is over-allocated (C < A), some record holds a tree lock, a
+free group is open. The
 outcome is what the lockstep's corners say of the op (done, refused, a forbidden call refused, a prefix matched,
 ...), or the failure's kind. The lifecycle corners saturate within seconds; these keep growing for hours, so
 their count over time says whether a campaign still finds new ground.
@@ -27,7 +28,7 @@ def shape(sizes: Sizes, state: State, groups: dict[int, list[int]]) -> str:
     committed, held = state.rec_C, state.rec_row
     over = any(a > committed.get(rid) and held.get(rid) for rid, a in state.rec_A.items.items())
     locked = any(state.rec_locked.items.values())
-    flags = f"{int(state.tree_slots > 0)}{int(over)}{int(locked)}"
+    flags = f"{int(state.tree_slots > 0)}{int(over)}{int(locked)}{int(state.group_open)}"
     return f"{counts}{rows}{slots}{flags}"
 
 

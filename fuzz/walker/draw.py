@@ -55,10 +55,13 @@ class Drawer:
         """The next step from the model's state now, steered by how often each op was drawn from this shape
         (`seen`); None when no op of the swarm can be drawn."""
         state, weights = lock.model.state, self.swarm.weights
+        grouped = bool(state.group_open)  # a result pass's free group is open: the scheduler only releases
         ready = [
             op
             for op, rule, known, always in self.drawn
-            if (always or not known.isdisjoint(groups)) and (rule.ready is None or rule.ready(state))
+            if (always or not known.isdisjoint(groups))
+            and not (grouped and rule.schedules)
+            and (rule.ready is None or rule.ready(state))
         ]
         while ready:
             steered = [weights[op] * (1 + STEER / (1 + seen.get(op, 0))) for op in ready]

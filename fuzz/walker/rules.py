@@ -55,12 +55,16 @@ def _any_pool(p: Sizes) -> bool:
 @dataclass(frozen=True)
 class Rule:
     """How one op is drawn: its picks (an op without a request has one pick of `NO_REQUEST`); `pool`, whether
-    the pool's shape lets it be drawn at all; `ready`, whether the state does now (None: whenever a pick can)."""
+    the pool's shape lets it be drawn at all; `ready`, whether the state does now (None: whenever a pick can);
+    `schedules`, whether it is the scheduler's (not drawn while a result pass's free group is open); `companion`,
+    an op a swarm keeps on while this one is on (what ends what this op begins)."""
 
     op: str
     picks: tuple[Pick, ...]
     pool: Callable[[Sizes], bool] = _any_pool
     ready: Callable[[State], bool] | None = None
+    schedules: bool = False
+    companion: str | None = None
 
     def known_statuses(self) -> frozenset[int]:
         """The statuses of the known requests its picks draw on."""
@@ -77,11 +81,12 @@ _SPECULATIVE: Callable[[Sizes], bool] = lambda p: p.speculative  # noqa: E731
 RULES: dict[str, Rule] = {
     rule.op: rule
     for rule in (
-        Rule("admit", (Pick(FRESH),)),
-        Rule("pd_prealloc", (Pick(FRESH),)),
-        Rule("extend", (Pick(PREFILL), Pick(READMITTABLE))),
-        Rule("decode", (Pick(DECODING),)),
-        Rule("spec_prepare", (Pick(DECODING),), _SPECULATIVE),
+        Rule("admit", (Pick(FRESH),), schedules=True),
+        Rule("batch", (Pick(FRESH),), schedules=True),  # its entries are drawn by their own ops' rules
+        Rule("pd_prealloc", (Pick(FRESH),), schedules=True),
+        Rule("extend", (Pick(PREFILL), Pick(READMITTABLE)), schedules=True),
+        Rule("decode", (Pick(DECODING),), schedules=True),
+        Rule("spec_prepare", (Pick(DECODING),), _SPECULATIVE, schedules=True),
         Rule("spec_commit", (Pick(DECODING),), _SPECULATIVE),
         Rule("finish", (Pick(LIVE),)),
         Rule("pp_release", (Pick(LIVE),)),
@@ -94,9 +99,13 @@ RULES: dict[str, Rule] = {
         Rule("offload_release", (Pick(DECODING, LEGAL), Pick(RELEASED))),
         Rule("differential", (Pick(LIVE),)),
         Rule("evict", (Pick(NO_REQUEST),), lambda p: p.radix),
+        # A result pass's free group: a begin inside an open one is drawn too (the contract forbids it: it would
+        # drop the pending frees); an end only with one open, as the scheduler calls it.
+        Rule("group_begin", (Pick(NO_REQUEST),), companion="group_end"),
+        Rule("group_end", (Pick(NO_REQUEST),), ready=lambda s: s.group_open == 1),
         # Flushing is for an idle pool: drawn once no request holds a row (waiting ones make it a refusal).
-        Rule("flush", (Pick(NO_REQUEST),), ready=lambda s: s.n_held_rows == 0),
-        Rule("reuse_released", (Pick(RELEASED),)),
+        Rule("flush", (Pick(NO_REQUEST),), ready=lambda s: s.n_held_rows == 0, schedules=True),
+        Rule("reuse_released", (Pick(RELEASED),), schedules=True),
         Rule("release_again", (Pick(RELEASED),)),
         Rule("free_row", (Pick(RELEASED),)),
     )

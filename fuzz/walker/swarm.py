@@ -4,7 +4,7 @@ ops off and weighs the rest, so that a run hammers a few flows instead of averag
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 OFF_ODDS = 0.25  # the chance that a seed never draws a given op
@@ -34,14 +34,19 @@ class Swarm:
         )
 
 
-def draw_swarm(rng: random.Random, ops: Iterable[str], creators: Iterable[str]) -> Swarm:
+def draw_swarm(
+    rng: random.Random, ops: Iterable[str], creators: Iterable[str], companions: Mapping[str, str] | None = None
+) -> Swarm:
     """A swarm over `ops`; at least one of `creators` (the ops that bring a new request in) stays on, or the pool
-    would stay empty."""
+    would stay empty; an op's companion (`companions`: what ends what it begins) is on whenever the op is."""
     ordered = sorted(ops)
     weights = {op: 0 if rng.random() < OFF_ODDS else rng.randint(1, MAX_WEIGHT) for op in ordered}
     makers = sorted(set(creators) & set(ordered))
     if makers and not any(weights[op] for op in makers):
         weights[rng.choice(makers)] = rng.randint(1, MAX_WEIGHT)
+    for op, companion in sorted((companions or {}).items()):
+        if weights.get(op) and weights.get(companion) == 0:
+            weights[companion] = rng.randint(1, MAX_WEIGHT)
     walk_steps = rng.randint(*WALK_STEPS)
     small_odds = rng.uniform(*SMALL_ODDS)
     return Swarm(weights, walk_steps, small_odds, rng.choice(OTHER_KIND_ODDS))

@@ -70,8 +70,10 @@ class Walker:
         self.lock = Lockstep(config)
         ops = drawable_ops(config, exclude)
         actions = self.lock.model.actions
-        creators = [op for op in ops if any(STATUS_NEW in p.statuses for p in rule_for(op, actions.get(op)).picks)]
-        self.swarm = draw_swarm(self.rng, ops, creators)
+        rules = {op: rule_for(op, actions.get(op)) for op in ops}
+        creators = [op for op, rule in rules.items() if any(STATUS_NEW in p.statuses for p in rule.picks)]
+        companions = {op: rule.companion for op, rule in rules.items() if rule.companion in ops}
+        self.swarm = draw_swarm(self.rng, ops, creators, companions)
         self.drawer = Drawer(self.rng, self.lock.model.sizes, actions, ops, self.swarm, drawn_kinds(exclude))
 
     def run(
