@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fuzz.__main__ import main as fuzz_main
+from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from fuzz.replay import replay
 from fuzz.targets import target_ops
@@ -19,7 +20,7 @@ from fuzz.walker.rules import EVERY_STATUS, FORBIDDEN, LEGAL, RULES, drawn_param
 from fuzz.walker.walk import Walker
 from model.actions import Action
 from model.state import Sizes
-from model.trace import Trace, load
+from model.trace import Failure, Trace, load
 
 CHUNK = {**POOLS["chunk-p1"], "faults": []}
 RADIX = {**POOLS["radix-p4"], "faults": []}
@@ -131,3 +132,25 @@ def test_the_cli_answers_with_the_fuzz_run_statuses(tmp_path: Path, capsys: pyte
     with pytest.raises(SystemExit) as bad:
         walker_main(["run", "--steps", "10", "--budget", "5s"])
     assert bad.value.code == 2
+
+
+def test_nothing_the_scheduler_does_is_drawn_while_a_free_group_is_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn_in_group: set[str] = set()
+    original = Lockstep.step
+
+    def step(lock: Lockstep, op: str, args: dict[str, int]) -> Failure | None:
+        if lock.model.state.group_open:
+            drawn_in_group.add(op)
+        return original(lock, op, args)
+
+    monkeypatch.setattr(Lockstep, "step", step)
+    for seed in range(6):
+        assert Walker(RADIX, seed).run(steps=400).failure is None
+    assert "group_begin" in drawn_in_group  # a nested begin, the refusal the contract owes
+    assert not {op for op in drawn_in_group if RULES[op].schedules}, drawn_in_group
+
+
+def test_a_swarm_that_begins_a_group_can_end_it() -> None:
+    for seed in range(40):
+        weights = Walker(RADIX, seed).swarm.weights
+        assert not weights["group_begin"] or weights["group_end"], (seed, weights)
