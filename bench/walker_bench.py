@@ -178,7 +178,9 @@ def report_exam(budget_s: float, faults: list[str], say: Callable[[str], None] =
     with TemporaryDirectory() as tmp:
         for name in faults:
             score = score_fault(name, budget_s, Path(tmp) / "machine")
-            machine = f"{_s(score.seconds)} {_n(score.final.steps)} steps" if score.detected else score.final.result
+            # A failure seen but not shrunk within the budget still has its time to first failure.
+            seen = score.seconds is not None
+            machine = f"{_s(score.seconds)} {_n(score.final.steps)} steps" if seen else score.final.result
             found = _walker_exam(name, budget_s, Path(tmp) / "walker")
             say(f"  {name:<31} {machine:>18} {found:>28}")
 
