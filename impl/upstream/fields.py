@@ -292,7 +292,10 @@ REQ: dict[str, Entry] = {
     "kv_committed_len": COMMITTED,
     "kv_hints": HICACHE,
     "kv_rotation_base": TLRU,
-    "last_host_node": HICACHE,
+    "last_host_node": irrelevant(
+        "the match's deepest node that a host tier would load back from; with no host tier the device match's "
+        "node, read only by load-back (HiCache)"
+    ),
     "last_node": LOCK,
     "lock": LOCK,
     "logprob": irrelevant("the request's logprob accumulator object; no logprobs are asked for"),
@@ -438,7 +441,7 @@ SCHEDULE_BATCH: dict[str, Entry] = {
     "engram_staged_rows": NGRAM,
     "extend_input_logprob_token_ids": LOGPROBS,
     "extend_lens": BATCH_COPY,
-    "extend_logprob_start_lens": LOGPROBS,
+    "extend_logprob_start_lens": irrelevant("where each request's input logprobs start ([0]); the logits processor's"),
     "extend_num_tokens": BATCH_COPY,
     "forward_iter": PARALLEL,
     "forward_mode": BATCH_MODE,
