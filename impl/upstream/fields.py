@@ -67,7 +67,9 @@ ALLOCATED = observed("RecordView.allocated_len -> observe, no-overallocation, re
 PREFIX = observed("RecordView.prefix_len -> lock-follows-prefix, prefill-shape")
 EXTEND_END = observed("RecordView.extend_end -> prefill-shape")
 LOCK = observed("RecordView.tree_locked (Dialect.tree_locked) -> tree-lock-holders, lock-follows-prefix")
-TOKENS = observed("the request's tokens: SglangPool._peek_match and _known_len -> the admission's match, judged by the model")
+TOKENS = observed(
+    "the request's tokens: SglangPool._peek_match and _known_len -> the admission's match, judged by the model"
+)
 FILL = observed(
     "the extend's tokens (init_next_round_input: origin_input_ids + output_ids), the match key and extend length; "
     "their effect is RecordView.committed_len and PoolSnapshot.tree_slots"
@@ -571,7 +573,9 @@ UNIFIED_RADIX_CACHE: dict[str, Entry] = {
     "_storage_attachment": HICACHE,
     "_storage_prefetch_hit_remaining_by_reqid": HICACHE,
     "_storage_prefetch_wait": HICACHE,
-    "_tree_core_backend": configured("PoolConfig.tree_core ('rust' or 'python'); Dialect0523.new_cache checks the core"),
+    "_tree_core_backend": configured(
+        "PoolConfig.tree_core ('rust' or 'python'); Dialect0523.new_cache checks the core"
+    ),
     "attn_cp_group": PARALLEL,
     "attn_tp_group": PARALLEL,
     "buffer_pipeline": HICACHE,
@@ -623,8 +627,8 @@ UNIFIED_RADIX_CACHE: dict[str, Entry] = {
 RUST_TREE_CORE: dict[str, Entry] = {
     "_allocator": ALLOCATOR_REF,
     "_binding": observed(
-        "the Rust tree itself: walk_for_kv_canary, sanity_check, evictable / protected sizes -> PoolSnapshot.tree_slots, "
-        "tree_problem, evictable_size, protected_size"
+        "the Rust tree itself: walk_for_kv_canary, sanity_check, evictable / protected sizes -> "
+        "PoolSnapshot.tree_slots, tree_problem, evictable_size, protected_size"
     ),
     "_empty_match_result": CONSTANT,
     "_page_size": PAGE_SIZE,
@@ -729,46 +733,43 @@ CLASSES: dict[str, tuple[tuple[str, ...], dict[str, Entry]]] = {
     "ReqKvInfo": (VERSIONS, REQ_KV_INFO),
 }
 
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 # The fields of a class both versions build that only one of them has (the record moved into `req.kv` in 0.5.23).
 ONLY_IN: dict[str, dict[str, frozenset[str]]] = {
     "0.5.18": {
-        "Req": frozenset(
-            {
-                "cache_protected_len", "extend_range", "kv_committed_len", "mamba_cow_src_index",
-                "mamba_last_track_idx", "mamba_last_track_seqlen", "mamba_lazy_is_insert", "mamba_needs_clear",
-                "mamba_next_track_idx", "mamba_ping_pong_track_buffer", "mamba_pool_idx",
-                "output_token_sampling_logprobs", "output_token_sampling_mask", "prefix_indices", "req_pool_idx",
-                "retraction_backup", "send_output_sampling_mask_offset", "skip_lock_node_ids", "swa_evict_floor",
-                "swa_prefix_lock_released", "swa_uuid_for_lock",
-            }
-        ),  # fmt: skip
+        "Req": _names(
+            "cache_protected_len extend_range kv_committed_len mamba_cow_src_index mamba_last_track_idx "
+            "mamba_last_track_seqlen mamba_lazy_is_insert mamba_needs_clear mamba_next_track_idx "
+            "mamba_ping_pong_track_buffer mamba_pool_idx output_token_sampling_logprobs "
+            "output_token_sampling_mask prefix_indices req_pool_idx retraction_backup "
+            "send_output_sampling_mask_offset skip_lock_node_ids swa_evict_floor swa_prefix_lock_released "
+            "swa_uuid_for_lock"
+        ),
         "ScheduleBatch": frozenset({"can_run_dp_breakable_cuda_graph", "can_run_dp_cuda_graph", "fpm_start_time"}),
         "ReqKvInfo": frozenset({"swa_evicted_seqlen"}),
         "TokenToKVPoolAllocator": frozenset({"is_not_in_free_group"}),
         "PagedTokenToKVPoolAllocator": frozenset({"free_page_reps_group", "is_not_in_free_group"}),
     },
     "0.5.23": {
-        "Req": frozenset(
-            {
-                "_session_mm_items", "_think_start_match_len", "arrival_processed_tokens", "beam_group",
-                "cache_request_handle", "decision_layout", "discard_output_reason", "dllm_has_literal_mask",
-                "expected_kv_checksum", "extend_end", "host_hit_is_storage", "host_loaded_length", "kv_hints",
-                "kv_rotation_base", "lock", "mamba_lazy_checkpoint", "mm_token_counts_ready", "prefix_len",
-                "sampling_logprobs_mode", "sampling_mask_rows", "staged_prefetch_plan", "storage_hit_start",
-                "storage_prefetch_last_match_len", "storage_prefetch_retry_attempts", "swa_branching_seqlen",
-                "token_indices_to_pool", "weight_version_events",
-            }
-        ),  # fmt: skip
-        "ScheduleBatch": frozenset(
-            {
-                "beam_tail", "can_run_decode_cuda_graph", "can_run_dp_draft_cuda_graph",
-                "can_run_dp_prefill_cuda_graph", "dp_balance_stats", "dp_prefill_cuda_graph_max_prefix_len",
-                "dp_spec_prefill_coordination_applied", "dp_spec_prefill_coordination_metadata",
-                "draft_global_num_tokens", "draft_global_num_tokens_for_logprob", "encoder_swa_reset",
-                "engram_history", "engram_staged_rows", "mamba_prefill_track_mask_cpu", "mamba_track_seqlens_cpu",
-                "mix_running_indices_cpu", "prefill_chunk_processed", "split_prefill_start",
-            }
-        ),  # fmt: skip
+        "Req": _names(
+            "_session_mm_items _think_start_match_len arrival_processed_tokens beam_group cache_request_handle "
+            "decision_layout discard_output_reason dllm_has_literal_mask expected_kv_checksum extend_end "
+            "host_hit_is_storage host_loaded_length kv_hints kv_rotation_base lock mamba_lazy_checkpoint "
+            "mm_token_counts_ready prefix_len sampling_logprobs_mode sampling_mask_rows staged_prefetch_plan "
+            "storage_hit_start storage_prefetch_last_match_len storage_prefetch_retry_attempts "
+            "swa_branching_seqlen token_indices_to_pool weight_version_events"
+        ),
+        "ScheduleBatch": _names(
+            "beam_tail can_run_decode_cuda_graph can_run_dp_draft_cuda_graph can_run_dp_prefill_cuda_graph "
+            "dp_balance_stats dp_prefill_cuda_graph_max_prefix_len dp_spec_prefill_coordination_applied "
+            "dp_spec_prefill_coordination_metadata draft_global_num_tokens draft_global_num_tokens_for_logprob "
+            "encoder_swa_reset engram_history engram_staged_rows mamba_prefill_track_mask_cpu "
+            "mamba_track_seqlens_cpu mix_running_indices_cpu prefill_chunk_processed split_prefill_start"
+        ),
         "ReqKvInfo": frozenset(set(REQ_KV_INFO) - {"kv_allocated_len", "swa_evicted_seqlen"}),
         "ReqToTokenPool": frozenset({"_aux_cache"}),
         # Set on the instance by Dialect0523.watch_evictions (radix tree, no on-demand eviction).

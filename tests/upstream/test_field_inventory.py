@@ -178,7 +178,9 @@ def _fresh_req(config: PoolConfig, rid: int) -> Any:
 def _kept_values(obj: object) -> dict[str, Any]:
     """The fingerprints of `obj`'s fields the inventory marks kept."""
     entries = fields_of(type(obj).__name__, VERSION) if type(obj).__name__ in CLASSES else {}
-    return {name: fingerprint(getattr(obj, name)) for name in field_names(obj) if name in entries and entries[name].kept}
+    return {
+        name: fingerprint(getattr(obj, name)) for name in field_names(obj) if name in entries and entries[name].kept
+    }
 
 
 Step = Callable[[SglangPool], object]
