@@ -139,6 +139,7 @@ LRU_ORDER = irrelevant(
     "eviction order: which unlocked leaf goes first is the implementation's choice, which the model leaves free "
     "(properties/eviction.py checks locks and shortfall only)"
 )
+PRIORITY_ORDER = irrelevant("eviction priority: it only orders victims, the implementation's choice (as LRU order)")
 NODE_ID = irrelevant("a serial id that names a node; holds no KV")
 RETRACTION = irrelevant("retraction bookkeeping for scheduling heuristics and logs; release paths do not read it")
 CONSTANT = irrelevant("an empty result or buffer returned for an empty match; never written")
@@ -560,7 +561,7 @@ TREE_NODE: dict[str, Entry] = {
     "last_access_time": LRU_ORDER,
     "lock_ref": NODE_LOCK,
     "parent": NODE_PARENT,
-    "priority": configured("0: no request priority", kept=False),
+    "priority": PRIORITY_ORDER,
     "value": NODE_VALUE,
     "write_through_pending_id": HICACHE,
 }
@@ -700,7 +701,7 @@ UNIFIED_TREE_NODE: dict[str, Entry] = {
     "lru_next": LRU_ORDER,
     "lru_prev": LRU_ORDER,
     "parent": NODE_PARENT,
-    "priority": configured("0: no request priority", kept=False),
+    "priority": PRIORITY_ORDER,
     "rotation_base": TLRU,
     "write_through_pending_id": HICACHE,
 }

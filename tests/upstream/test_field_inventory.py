@@ -12,7 +12,7 @@ import enum
 import importlib.util
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -47,12 +47,12 @@ def shapes() -> list[PoolConfig]:
     cores = tree_cores() or ("rust",)  # 0.5.18's tree has no cores; the config's default is then unread
     configs = []
     for page_size in (1, 4):
-        backend = PAGED_BACKEND if page_size > 1 else "torch"
-        base = {"rows": 4, "tokens": 64, "width": 32, "page_size": page_size, "kernel_backend": backend}
-        configs.append(PoolConfig(**base, cache="chunk"))
-        configs += [PoolConfig(**base, cache="radix", tree_core=core, evict_on_demand=False) for core in cores]
-    last = configs[-len(cores)]
-    return [*configs, PoolConfig(**{**vars(last), "evict_on_demand": True})]
+        base = PoolConfig(
+            rows=4, tokens=64, width=32, page_size=page_size, kernel_backend=PAGED_BACKEND if page_size > 1 else "torch"
+        )
+        configs.append(replace(base, cache="chunk"))
+        configs += [replace(base, cache="radix", tree_core=core, evict_on_demand=False) for core in cores]
+    return [*configs, replace(configs[-len(cores)], evict_on_demand=True)]
 
 
 def field_names(obj: object) -> set[str]:
