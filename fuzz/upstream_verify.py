@@ -88,7 +88,6 @@ class Finding:
             and (failure.kind, failure.id) == (self.expect_kind, self.expect_id)
         )
 
-
     def shows_in(self, failure: Failure | None, version: str, trace: Trace) -> bool:
         """Whether `failure` of `trace`, seen on `version`, is this finding: its replay's failure, or one of its
         symptoms in a trace that uses its trigger."""
@@ -160,8 +159,13 @@ FINDING_FIELDS: dict[str, tuple[Rule, Any]] = {
     "replay": (NAME, None),
     "expect": (Rule('{"kind": NAME, "id": NAME}', _expect), None),
     "fuzz_exclude": (Rule("a list of op names (or kind:NAME)", _names), []),
-    "symptoms": (Rule('a list of {"kind": NAME, "id": NAME}', lambda v: isinstance(v, list) and len(v) <= 20
-                      and all(_expect(x) for x in v)), []),
+    "symptoms": (
+        Rule(
+            'a list of {"kind": NAME, "id": NAME}',
+            lambda v: isinstance(v, list) and len(v) <= 20 and all(_expect(x) for x in v),
+        ),
+        [],
+    ),
 }
 FINDING_KEYS = tuple(FINDING_FIELDS)
 
@@ -229,9 +233,7 @@ def _replay_file(where: str, replay_path: Any) -> Path:
     return path
 
 
-def known(
-    findings: list[Finding], failure: Failure | None, version: str, trace: Trace | None = None
-) -> Finding | None:
+def known(findings: list[Finding], failure: Failure | None, version: str, trace: Trace | None = None) -> Finding | None:
     """The finding `failure` on `version` is (with the `trace` that failed, also by a finding's symptoms), or None."""
     if trace is not None:
         return next((f for f in findings if f.shows_in(failure, version, trace)), None)
