@@ -34,6 +34,10 @@ TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
 # Set by the adapter on a `Req` whose hand-written PP release freed its row but kept its tree lock (that release
 # never unlocks): without a lock handle, nothing else on the request says it still holds one.
 LOCK_KEPT = "_kvlife_lock_kept_without_row"
+# Counted up on a `Req` each time the glue locks its matched node, so that a refused extend knows whether it took a
+# lock to give back: a handle compared by identity cannot tell where a rematch ends on the same node (0.5.19's node
+# ids are small ints, 0.5.18's nodes the same object).
+GLUE_LOCKS = "_kvlife_glue_locks"
 # The chunked-prefill size the factory's context names: chunking on, as the harness drives it (a chunk cache
 # is what sglang builds for `--disable-radix-cache` only when chunked prefill is on).
 CHUNKED_PREFILL_SIZE = 8192
@@ -221,10 +225,10 @@ class Dialect:
         and the lock its fresh match took), for an extend refused there."""
         saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
         saved[LOCK_KEPT] = getattr(req, LOCK_KEPT, False)
-        protected_len, handle = self.protected_len(req), self.lock_handle(req)
+        protected_len, locks = self.protected_len(req), getattr(req, GLUE_LOCKS, 0)
 
         def restore() -> None:
-            if self.lock_handle(req) is not handle:
+            if getattr(req, GLUE_LOCKS, 0) != locks:
                 self.unlock(req, cache)
             for name, value in saved.items():
                 setattr(req, name, value)
@@ -265,6 +269,7 @@ class Dialect:
 
     def lock(self, req: Any, cache: Any) -> None:
         """PrefillAdder's lock on the node a fresh match ended at (`add_one_req`)."""
+        setattr(req, GLUE_LOCKS, getattr(req, GLUE_LOCKS, 0) + 1)
         if self.caps.req_lock:
             req.lock = cache.lock(req.last_node)
         elif self.caps.lock_receipt:
