@@ -43,3 +43,19 @@ def test_the_wheel_has_one_top_level_name_and_the_runtime_data(tmp_path: Path) -
     assert "kvlife/upstream/findings/stale-row-reuse.json" in names
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "kvlife = kvlife.cli:main" in zipfile.ZipFile(next(tmp_path.glob("*.whl"))).read(entry_points).decode()
+
+
+def test_the_console_command_finds_the_harness_and_says_what_is_missing() -> None:
+    """Run as the installed command runs (`kvlife.cli:main`): a bad flag reaches the harness's own parser (the
+    import path worked) and is exit 2; no argument is the usage line and exit 2."""
+    command = "import sys; from kvlife.cli import main; sys.exit(main(['verify-sglang', '--cases', 'x']))"
+    done = subprocess.run(
+        [sys.executable, "-c", command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "--cases" in done.stderr  # the harness's own parser read the flags: the import path worked
+    usage = subprocess.run([sys.executable, "-m", "kvlife.cli"], capture_output=True, text=True, cwd=ROOT)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: kvlife verify-sglang")
