@@ -90,11 +90,8 @@ def target_problem(config: dict[str, Any]) -> str | None:
 def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
     """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
     installed version has one, and its Triton kernels (interpreted on CPU) where it has none (0.5.18): the pool
-    shapes name the torch backend, which only the reference honours at every version. On the upstream target a
-    speculative shape runs without its speculative steps."""
+    shapes name the torch backend, which only the reference honours at every version."""
     moved = {**config, "target": target}
-    if target == "sglang" and moved.get("speculative"):
-        moved["speculative"] = False  # the upstream target does not drive speculative decoding yet
     if target != "sglang" or config.get("kernel_backend", "torch") != "torch":
         return moved
     if target_problem(moved) is None:

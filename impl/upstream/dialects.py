@@ -254,6 +254,10 @@ class Dialect(abc.ABC):
         """The record's `kv_committed_len`."""
 
     @abc.abstractmethod
+    def set_committed_len(self, req: Any, length: int) -> None:
+        """Write `kv_committed_len`, as the result processor does for a speculative verify's accepted tokens."""
+
+    @abc.abstractmethod
     def protected_len(self, req: Any) -> int:
         """The record's `cache_protected_len`."""
 

@@ -22,6 +22,7 @@ from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from impl.upstream import spec
 from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
@@ -54,7 +55,6 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
         ),
-        (not config.speculative, "the upstream target does not drive speculative decoding"),
         (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
         # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
         (
@@ -74,7 +74,8 @@ def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
             self._calls.append((method.__name__, args, kwargs))
         self._depth += 1
         try:
-            return method(self, *args, **kwargs)
+            with spec.overrides(self.config):  # a speculative pool's every call sees the EAGLE config
+                return method(self, *args, **kwargs)
         finally:
             self._depth -= 1
 
@@ -93,6 +94,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "extend",
             "decode",
             "batch",
+            "spec_prepare",
+            "spec_commit",
             "finish",
             "pp_release",
             "pp_release_manual",
@@ -170,11 +173,16 @@ class SglangPool(SchedulerGlue[_Request]):
             self.allocator.free_group_end()
         return [int(self.dialect.row(self._get(rid).req) or 0) for rid in plan.rids]
 
+    @_logged
     def spec_prepare(self, rid: int, reserve: int) -> None:
-        raise Refused("the upstream target does not drive speculative decoding")
+        """Speculative prepare: `A = max(A, ceil_align(C + reserve))` through upstream's EAGLE prepare
+        (`impl.upstream.spec`)."""
+        spec.spec_prepare(self, rid, reserve)
 
+    @_logged
     def spec_commit(self, rid: int, accepted: int) -> None:
-        raise Refused("the upstream target does not drive speculative decoding")
+        """Speculative verify result: `C += accepted`, the accepted tokens appended."""
+        spec.spec_commit(self, rid, accepted)
 
     # -- release ---------------------------------------------------------------------------------------------
 
@@ -341,6 +349,7 @@ class SglangPool(SchedulerGlue[_Request]):
             evictable_size=self.cache.evictable_size(),
             protected_size=self.cache.protected_size(),
             cache=self.config.cache,
+            speculative=self.config.speculative,
             num_pages=self.config.tokens // self.config.page_size,
             tree_slots=tree.slots,
             evictable_slots=tree.evictable_slots,

@@ -140,6 +140,9 @@ class Dialect0518(Dialect):
     def committed_len(self, req: Any) -> int:
         return req.kv_committed_len
 
+    def set_committed_len(self, req: Any, length: int) -> None:
+        req.kv_committed_len = length
+
     def protected_len(self, req: Any) -> int:
         return req.cache_protected_len
 
