@@ -29,6 +29,8 @@ POOL_KEYS = (
     "need_sort",
     "evict_on_demand",
     "tree_core",
+    "row_pool",
+    "pre_alloc_size",
 )
 SGLANG_VENVS = ".venv-sglang-0.5.23/bin/python or .venv-sglang-0.5.18/bin/python"
 
@@ -52,7 +54,7 @@ def pool_config(config: dict[str, Any]) -> PoolConfig:
 
 def model_sizes(config: dict[str, Any]) -> Sizes:
     return Sizes(
-        config["rows"],
+        config["rows"] + config.get("pre_alloc_size", 0),  # the model does not tell pre-allocation rows apart
         config["tokens"],
         config["width"],
         config.get("page_size", 1),

@@ -22,7 +22,7 @@ from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
-from impl.upstream import spec
+from impl.upstream import pd, spec
 from impl.upstream.dialects import PAGED_NAIVE_PATH, Dialect, installed_version_or_none, load_dialect
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
@@ -55,7 +55,6 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
         ),
-        (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
         # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
         (
             config.page_size == 1 or config.kernel_backend == "triton" or naive,
@@ -103,6 +102,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "abort",
             "evict",
             "flush",
+            "pd_prealloc",
+            "offload_release",
             "group_begin",
             "group_end",
             "reuse_released",
@@ -118,7 +119,10 @@ class SglangPool(SchedulerGlue[_Request]):
         self.config = config
         self.dialect: Dialect = load_dialect()
         self.version = self.dialect.version
-        self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
+        if config.row_pool == "decode":
+            self.req_to_token_pool = pd.new_decode_pool(config)
+        else:
+            self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
         kernels = config.kernel_backend == "triton"
         self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort, config.page_size, kernels)
         self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config)
@@ -247,8 +251,10 @@ class SglangPool(SchedulerGlue[_Request]):
             raise
         self._retire(entry)
 
+    @_logged
     def offload_release(self, rid: int, sentinel: int = 0) -> None:
-        raise Refused("the upstream target does not drive the decode-offload release")
+        """The decode-offload release of a finished request, behind its raw-row guard (`impl.upstream.pd`)."""
+        pd.offload_release(self, rid, sentinel)
 
     # -- pool maintenance --------------------------------------------------------------------------------
 
@@ -276,8 +282,10 @@ class SglangPool(SchedulerGlue[_Request]):
         self._check_idle()
         self.dialect.flush(self.req_to_token_pool, self.allocator, self.cache)
 
+    @_logged
     def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int:
-        raise Refused("the upstream target does not drive PD-decode pre-allocation")
+        """PD-decode pre-allocation through `DecodePreallocQueue._pre_alloc` (`impl.upstream.pd`)."""
+        return pd.pd_prealloc(self, rid, fill_len, family)
 
     # -- calls the contract forbids (the harness's negative steps) ---------------------------------------
 
@@ -327,16 +335,17 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def snapshot(self) -> PoolSnapshot:
         pool = self.req_to_token_pool
+        rows_total = pool.req_to_token.shape[0] - 1  # a decode pool's pre-allocation rows are rows too
         records = {rid: self._view(e) for rid, e in self.reqs.items()}
         row_slots = {
             rid: pool.req_to_token[view.row, : view.allocated_len].tolist()
             for rid, view in records.items()
-            if view.row is not None and 1 <= view.row <= pool.size
+            if view.row is not None and 1 <= view.row <= rows_total
         }
         tree = self.dialect.tree_view(self.cache)
         group_open, pending = self.dialect.free_group(self.allocator)
         return PoolSnapshot(
-            rows_total=pool.size,
+            rows_total=rows_total,
             width=pool.max_context_len,
             tokens_total=self.allocator.size,
             page_size=self.allocator.page_size,
