@@ -84,7 +84,7 @@ def pd_prealloc(pool: SglangPool, rid: int, fill_len: int, family: int) -> int:
     with _decode_radix_cache(pool.config.cache == "radix"):
         pool._upstream(lambda: queue._pre_alloc(req))
     batch = pool.dialect.new_batch([req], pool.req_to_token_pool, pool.allocator, pool.cache)
-    batch.prepare_for_prebuilt()
+    pool._upstream(batch.prepare_for_prebuilt)  # it asserts the row holds the prompt the transfer fills
     entry.batch, entry.status = batch, ReqStatus.DECODING
     pool.reqs[rid] = entry
     return int(pool.dialect.row(req) or 0)

@@ -62,8 +62,6 @@ def test_faults_are_refused_before_sglang_is_loaded() -> None:
     ("config", "message"),
     [
         (PoolConfig(page_size=4, kernel_backend="oracle"), r"no 'oracle' kernel backend; use one of \('torch', "),
-        (PoolConfig(speculative=True), "does not drive speculative decoding"),
-        (PoolConfig(row_pool="decode", pre_alloc_size=2), "ReqToTokenPool only, got 'decode'"),
         (PoolConfig(device="cuda"), "'cpu' only"),
     ],
 )
@@ -86,7 +84,7 @@ def test_the_naive_paged_path_is_refused_on_0_5_18_only(monkeypatch: pytest.Monk
 
 def test_ops_are_listed_without_loading_sglang() -> None:
     assert {"admit", "extend", "decode", "finish", "retract", "abort", "flush"} <= target.SglangPool.OPS
-    assert "spec_prepare" not in target.SglangPool.OPS
+    assert {"spec_prepare", "spec_commit", "pd_prealloc", "offload_release"} <= target.SglangPool.OPS
 
 
 @pytest.mark.parametrize(("version", "backend"), [("0.5.18", "triton"), ("0.5.23", "torch"), (None, "torch")])
@@ -111,7 +109,8 @@ def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
 
 
-def test_a_speculative_shape_runs_upstream_without_its_speculative_steps() -> None:
-    moved = retarget(POOLS["radix-p4"], "sglang")
-    assert (moved["speculative"], moved["cache"], moved["page_size"]) == (False, "radix", 4)
-    assert retarget(POOLS["radix-p4"], "reference")["speculative"] is True
+@pytest.mark.parametrize("shape", ["radix-p4", "pd-p1"])
+def test_speculative_and_decode_pool_shapes_run_upstream_as_they_are(shape: str) -> None:
+    moved = retarget(POOLS[shape], "sglang")
+    assert {**moved, "kernel_backend": "torch"} == {**POOLS[shape], "target": "sglang", "kernel_backend": "torch"}
+    assert target._unsupported(PoolConfig(speculative=True, row_pool="decode", pre_alloc_size=2), FaultSet.of([])) is None
