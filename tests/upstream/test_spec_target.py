@@ -94,7 +94,10 @@ def test_prepare_takes_the_allocated_length_to_the_aligned_reserve(config: PoolC
 @pytest.mark.parametrize("release", ["finish", "pp_release", "retract", "abort", "offload_release"])
 def test_every_release_after_a_partial_commit_returns_every_slot(config: PoolConfig, release: str) -> None:
     """The offload manager releases PD-decode requests (they protect no prefix), so its request is pre-allocated."""
-    first: Op = (lambda p: p.pd_prealloc(0, 3)) if release == "offload_release" else (lambda p: p.admit(0, 3, prompt_len=3))
+
+    def first(p: Any) -> object:
+        return p.pd_prealloc(0, 3) if release == "offload_release" else p.admit(0, 3, prompt_len=3)
+
     ops: list[Op] = [
         first,
         lambda p: p.spec_prepare(0, 8),

@@ -113,4 +113,5 @@ def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
 def test_speculative_and_decode_pool_shapes_run_upstream_as_they_are(shape: str) -> None:
     moved = retarget(POOLS[shape], "sglang")
     assert {**moved, "kernel_backend": "torch"} == {**POOLS[shape], "target": "sglang", "kernel_backend": "torch"}
-    assert target._unsupported(PoolConfig(speculative=True, row_pool="decode", pre_alloc_size=2), FaultSet.of([])) is None
+    decode_side = PoolConfig(speculative=True, row_pool="decode", pre_alloc_size=2)
+    assert target._unsupported(decode_side, FaultSet.of([])) is None
