@@ -14,7 +14,8 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from fuzz.campaign import Plan, configurations, run_campaign
+from fuzz.campaign.plan import Plan, configurations
+from fuzz.campaign.supervisor import run_campaign
 from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS
 

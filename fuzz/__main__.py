@@ -158,13 +158,13 @@ def _verify_flags(v: argparse.ArgumentParser) -> None:
 
 
 def _campaign_flags(c: argparse.ArgumentParser) -> None:
-    from fuzz.campaign import add_flags
+    from fuzz.campaign.cli import add_flags
 
     add_flags(c)
 
 
 def _campaign(args: argparse.Namespace) -> int:
-    from fuzz.campaign import cli
+    from fuzz.campaign.cli import cli
 
     return cli(args)
 
@@ -177,7 +177,7 @@ def _verify_upstream(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from fuzz.profiles import POOLS, PROFILES, describe_pool
-    from fuzz.run import run
+    from fuzz.run import first_failure_line, run
     from fuzz.targets import retarget, target_problem
 
     profile = PROFILES[args.profile]
@@ -197,7 +197,15 @@ def _run(args: argparse.Namespace) -> int:
         flush=True,
     )
     print(f"  {describe_pool(args.pool, config)}", flush=True)
-    result = run(config, profile, seed, args.out, args.db, args.swarm)
+    result = run(
+        config,
+        profile,
+        seed,
+        args.out,
+        args.db,
+        args.swarm,
+        on_first_failure=lambda seconds, failure: print(first_failure_line(seconds, failure), flush=True),
+    )
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
     print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
     if args.coverage:
@@ -254,7 +262,7 @@ def _mutants(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_INVALID
-    from fuzz.upstream_verify import false_alarm_cli
+    from fuzz.mutants import false_alarm_cli
 
     return false_alarm_cli(args.budget, args.out)
 

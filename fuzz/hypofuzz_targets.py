@@ -21,7 +21,8 @@ from typing import Any
 import hypothesis
 from hypothesis.stateful import get_state_machine_test
 
-from fuzz.campaign import STEPS_PER_CASE, campaign_database, configurations
+from fuzz.campaign.database import campaign_database
+from fuzz.campaign.plan import STEPS_PER_CASE, configurations
 from fuzz.environment import env_count, env_folder
 from fuzz.machine import SWARMS, Recorder, build_machine
 from fuzz.profiles import POOLS, Profile

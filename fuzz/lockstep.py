@@ -32,7 +32,7 @@ _CALLS: dict[str, Call] = {
     "admit": lambda t, a: t.admit(a["req"], a["n"], prompt_len=a["prompt"], family=a["family"], kind=a.get("kind", 0)),
     "extend": lambda t, a: t.extend(a["req"], a["n"]),
     "decode": lambda t, a: t.decode(a["req"]),
-    "batch": lambda t, a: t.batch(batch_entries(a)),
+    "batch": lambda t, a: t.batch(batch_entries(a), unchecked=bool(a.get("unchecked", 0))),
     "spec_prepare": lambda t, a: t.spec_prepare(a["req"], a["reserve"]),
     "spec_commit": lambda t, a: t.spec_commit(a["req"], a["accepted"]),
     "finish": lambda t, a: t.finish(a["req"]),
@@ -130,7 +130,7 @@ class Lockstep:
             result = _CALLS[op](self.target, args)
         except Refused as exc:
             self.steps.append(Step(op, args))
-            self.corners = refusal_corners(op, legal, str(exc))
+            self.corners = refusal_corners(op, legal, str(exc), args)
             return self._refused(index, op, args, legal, str(exc), before)
         except Exception as exc:  # neither done nor refused: the pool crashed, which is a finding, not an abort
             self.steps.append(Step(op, args))
@@ -384,13 +384,18 @@ def _differences(a: dict[str, Any] | str, b: dict[str, Any] | str) -> list[str]:
     return [f"{key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
 
 
-def refusal_corners(op: str, legal: bool, reason: str) -> list[str]:
-    """Which corners a refused call reached: a refused forbidden call, or exhaustion of rows or slots."""
+def refusal_corners(op: str, legal: bool, reason: str, args: dict[str, int] | None = None) -> list[str]:
+    """Which corners a refused call reached: a refused forbidden call, exhaustion of rows or slots at the
+    scheduler's budget, or an allocation path's own out-of-memory refusal (with the batch's entry ops)."""
     corners = [f"{op}: refused" if legal else f"{op}: forbidden call refused"]
     if "no free row" in reason:
         corners.append("pool: out of rows")
     elif "slots asked" in reason:
         corners.append("pool: out of slots")
+    elif "out of memory" in reason.lower():
+        short = "rows" if "alloc_req_slots" in reason else "slots"
+        ops = sorted({entry_op for entry_op, _ in batch_entries(args)}) if op == "batch" and args else [op]
+        corners.append(f"allocation path: out of {short} ({', '.join(ops)})")
     return corners
 
 

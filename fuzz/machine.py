@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from fuzz.lockstep import Lockstep, StepFailed
+from fuzz.lockstep import batch_entries as lock_entries
 from fuzz.targets import target_ops
 from model.actions import manual_release_preconditions
 from model.interp import PY
@@ -82,7 +83,18 @@ SWARMS: dict[str, frozenset[str] | None] = {
         }
     ),
     "exhaustion": frozenset(
-        {"admit", "batch", "pd_prealloc", "extend", "decode", "spec_prepare", "evict", "release", "offload_release"}
+        {
+            "admit",
+            "batch",
+            "unchecked_batch",
+            "pd_prealloc",
+            "extend",
+            "decode",
+            "spec_prepare",
+            "evict",
+            "release",
+            "offload_release",
+        }
     ),
     "speculative": frozenset(
         {
@@ -151,6 +163,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self.lock = recorder.driver(recorder.config)
             self.next_rid = 0
             self.most_rows_held = 0
+            self.most_slots_held = 0
             self._status_key = -1
             self._status_of: dict[int, Any] = {}
             recorder.last = self.lock
@@ -168,10 +181,14 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
                     recorder.on_failure(self.lock, failure)
                 raise StepFailed(failure)
             self.most_rows_held = max(self.most_rows_held, self.lock.config["rows"] - len(self.lock.snap.free_rows))
+            self.most_slots_held = max(
+                self.most_slots_held, self.lock.config["tokens"] - self.lock.model.state.n_free_slots
+            )
 
         def teardown(self) -> None:
             # Steer towards crowded pools, where rows, slots and tree pages run out and get shared.
             target(float(self.most_rows_held), label="most rows held at once")
+            target(float(self.most_slots_held), label="most slots out of the free list at once")
 
         def _ids(self, statuses: frozenset[int]) -> list[int]:
             # Hypothesis asks every rule's precondition before each step: the request ids by status are read
@@ -243,6 +260,34 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
                 used.add(entry["req"])
                 args.update({f"{name}{slot}": value for name, value in entry.items()})
             return {"size": len(used), **args} if used else None
+
+        @precondition(lambda self: allowed("unchecked_batch", "batch") and self.out_of_group())
+        @rule(drawn=batch_entries)
+        def unchecked_batch(self, drawn: list[tuple[int, int, int, int, int, int]]) -> None:
+            """A batch the scheduler's budget does not screen: the allocation paths must refuse it if it does not
+            fit. Drawn where a shortfall fails the batch's first allocation, as upstream's fail-loud paths leave
+            the pool only then as it was: more admissions than free rows, or continuations only or decodes only
+            (no new row) with nothing the tree could evict first."""
+            args = self._batch_args(drawn)
+            if args is not None and self._fails_first(args):
+                # A continuation asks for the rest of its row: the most slots a chunk can take.
+                state = self.lock.model.state
+                ops_of = {i: args[f"op{i}"] for i in range(args["size"])}
+                longest = {f"n{i}": width - state.rec_C.get(args[f"req{i}"]) for i, op in ops_of.items() if op == 1}
+                self._do("batch", {**args, **longest, "unchecked": 1})
+
+        def _fails_first(self, args: dict[str, int]) -> bool:
+            new_rows = sum(1 for i in range(args["size"]) if args[f"op{i}"] == 0 or self._rowless(args[f"req{i}"]))
+            if new_rows > self.lock.model.state.n_free_rows:
+                return True
+            target_pool = getattr(self.lock, "target", None)
+            one_kind = len({args[f"op{i}"] for i in range(args["size"])}) == 1  # continuations only, or decodes
+            if new_rows or not one_kind or target_pool is None or target_pool.short_alloc_crashes:
+                return False
+            return not (target_pool.config.evict_on_demand and target_pool.peek_batch_evictable(lock_entries(args)))
+
+        def _rowless(self, rid: int) -> bool:
+            return rid in self._ids(READMITTABLE)
 
         @precondition(lambda self: allowed("pd_prealloc") and self.out_of_group())
         @rule(fill=lengths)

@@ -3,9 +3,11 @@
 Each in-scope fault is turned on alone in a fresh `python -m fuzz run --profile ci` subprocess (derandomized,
 so a run is reproducible), on each pool its site fires in until one run finds it, under one time budget per
 fault; a run still going at the budget is killed. For every fault the scorer records whether a counterexample
-was written, how soon the first failing step came (fuzzing time, imports excluded), how many steps the shrunk
-counterexample has and which failure it shows. Each pool also runs with no fault for the same budget: anything
-found there is a false alarm. Results go to `mutants.json` and `mutants.md`.
+was written, how soon the first failing step came (fuzzing time, imports excluded: the line `fuzz run` prints
+then), how many steps the shrunk counterexample has and which failure it shows. Each pool also runs with no fault
+for the same budget: a counterexample, a failure not shrunk within the budget or a crash there is a false alarm
+(`ALARMS`). Results go to `mutants.json` and `mutants.md`. `--target sglang` runs only the no-fault runs, on the
+upstream target (`false_alarm_cli`), where a known finding of `upstream/findings.json` is no alarm.
 
 Exit status: 0 every in-scope fault was found and nothing was found without one; 1 otherwise; 2 bad usage.
 """
@@ -21,10 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from impl.faults import FAULTS, PATTERNS
+from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INVALID
 from model.trace import TraceError, load
+
+if TYPE_CHECKING:
+    from fuzz.upstream_verify import Finding
 
 PROFILE = "ci"
 DEFAULT_BUDGET_S = 120.0
@@ -49,7 +55,6 @@ SITE_POOLS: dict[str, tuple[str, ...]] = {
         )
     },
 }
-FIRST_FAILURE = "mutants: first failure after"
 DETECTED = "detected"
 # A run that saw a failing step but was killed at the budget before its counterexample was shrunk and written.
 UNSHRUNK = "found, not shrunk within budget"
@@ -57,6 +62,7 @@ CRASH = "crashed, no counterexample"
 MISSED = "missed"
 TIMEOUT = "nothing within budget"
 CLEAN = {MISSED: "clean (profile ran out)", TIMEOUT: "clean (budget ran out)"}
+ALARMS = (DETECTED, UNSHRUNK, CRASH)  # how a run with no fault must not end
 # What a good harness does on the found faults: the median and the slowest first failure, the largest trace.
 TARGET_MEDIAN_S, TARGET_MAX_S, TARGET_STEPS = 5.0, 60.0, 12
 # The last line of a Python traceback: the exception's type and message.
@@ -148,7 +154,7 @@ def run_attempt(fault: str | None, pool: str, budget_s: float, out: Path, target
     start = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "fuzz.mutants", *argv], capture_output=True, text=True, timeout=budget_s, check=False
+            [sys.executable, "-m", "fuzz", *argv], capture_output=True, text=True, timeout=budget_s, check=False
         )
         stdout, stderr, code = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:  # run() has killed the child by then
@@ -186,6 +192,8 @@ def _text(output: str | bytes | None) -> str:
 
 
 def _first_failure(stdout: str) -> float | None:
+    from fuzz.run import FIRST_FAILURE  # here, not at the top: it loads torch and Hypothesis, which flags need not
+
     for line in stdout.splitlines():
         if line.startswith(FIRST_FAILURE):
             return float(line[len(FIRST_FAILURE) :].split()[0])
@@ -205,7 +213,7 @@ def report_of(scores: list[Score], baselines: list[Attempt], budget_s: float) ->
     found = [s for s in scores if s.detected]
     seconds = [s.seconds for s in found if s.seconds is not None]
     steps = [s.final.steps for s in found if s.final.steps is not None]
-    alarms = [b for b in baselines if b.result in (DETECTED, UNSHRUNK, CRASH)]
+    alarms = [b for b in baselines if b.result in ALARMS]
     summary = {
         "in_scope": len(scores),
         "detected": len(found),
@@ -314,34 +322,58 @@ def cli(faults: Sequence[str], budget_s: float, out: Path) -> int:
     return 0 if s["passed"] else 1
 
 
-def timed_run(argv: list[str]) -> int:
-    """The subprocess side: `python -m fuzz ARGV`, printing how long fuzzing took to its first failing step."""
-    # Imported here: `fuzz.__main__` imports this module for its `mutants` command.
-    from fuzz.__main__ import main as fuzz_main
-    from fuzz.lockstep import Lockstep
+def false_alarm_cli(budget_s: float, out: Path) -> int:
+    """`python -m fuzz mutants --target sglang`: the no-fault runs only, on each pool shape `fuzz run --target sglang`
+    can build here (its default tree core). A run that ends as the scorer counts a false alarm (`ALARMS`) is one,
+    unless it wrote a counterexample that is a known finding of `upstream/findings.json`; a failure not shrunk within
+    the budget has no file to match, so it is an alarm too. Exit 1 on any alarm."""
+    from fuzz.targets import installed_sglang
+    from fuzz.upstream_verify import ROOT, FindingsError, load_findings
 
-    start = time.perf_counter()
-    step = Lockstep.step
-    seen: list[bool] = []
+    version = installed_sglang()
+    if version is None:
+        print(
+            "fuzz mutants: --target sglang needs upstream sglang; run it with .venv-sglang-VERSION/bin/python "
+            "(make sglang-setup)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
+    try:
+        findings = load_findings(ROOT / "upstream" / "findings.json")
+    except FindingsError as exc:
+        print(f"fuzz mutants: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    alarms = 0
+    pools = upstream_run_pools()
+    for pool in pools:
+        attempt = run_attempt(None, pool, budget_s, out / f"sglang-{version}", target="sglang")
+        seen, alarm = _upstream_verdict(attempt, findings, version)
+        alarms += alarm
+        print(f"fuzz mutants: sglang {version}, no fault, {pool}: {seen} ({attempt.wall_s:.0f} s)", flush=True)
+    print(f"fuzz mutants: sglang {version}: {alarms} false alarms in {len(pools)} no-fault runs")
+    return EXIT_FOUND if alarms else EXIT_CLEAN
 
-    def note(what: str) -> None:
-        if not seen:
-            seen.append(True)
-            print(f"{FIRST_FAILURE} {time.perf_counter() - start:.3f} s: {what}", flush=True)
 
-    def timed_step(self: Lockstep, *args: Any, **kwargs: Any) -> Any:
-        try:
-            failure = step(self, *args, **kwargs)
-        except Exception as exc:  # the pool crashed: the run will end in a traceback, not a counterexample
-            note(f"crash {type(exc).__name__}")
-            raise
-        if failure is not None:
-            note(f"{failure.kind} {failure.id}")
-        return failure
+def upstream_run_pools() -> list[str]:
+    """The pool shapes `fuzz run --target sglang --pool NAME` can build here."""
+    from fuzz.profiles import POOLS
+    from fuzz.targets import retarget, target_problem
 
-    Lockstep.step = timed_step  # type: ignore[method-assign]
-    return fuzz_main(argv)
+    return [
+        name for name, shape in POOLS.items() if target_problem(retarget({**shape, "faults": []}, "sglang")) is None
+    ]
 
 
-if __name__ == "__main__":
-    sys.exit(timed_run(sys.argv[1:]))
+def _upstream_verdict(attempt: Attempt, findings: list[Finding], version: str) -> tuple[str, bool]:
+    """What a no-fault upstream run showed, and whether it is a false alarm."""
+    from fuzz.upstream_verify import known
+
+    if attempt.result not in ALARMS:
+        return CLEAN.get(attempt.result, attempt.result), False
+    if attempt.result == DETECTED and attempt.counterexample:
+        hit = known(findings, load(Path(attempt.counterexample)).failure, version)
+        if hit is not None:
+            return f"known {hit.id}", False
+    what = f"{attempt.failure_kind} {attempt.failure_id}" if attempt.failure_kind else attempt.result
+    detail = f" ({attempt.detail})" if attempt.detail else ""
+    return f"false alarm: {what}{detail}", True

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from fuzz.profiles import Profile
 from fuzz.replay import replay
 from fuzz.targets import installed_sglang
 from model.trace import Failure, Step, Trace, dump
+
+# The line `fuzz run` prints the moment its first failing step happens, before the shrink (the mutant scorer reads it).
+FIRST_FAILURE = "fuzz run: first failing step after"
 
 
 @dataclass
@@ -43,10 +47,19 @@ def run(
     db_dir: Path,
     swarm: str = "all",
     exclude: frozenset[str] = frozenset(),
+    on_first_failure: Callable[[float, Failure], None] | None = None,
 ) -> RunResult:
     """Fuzz the target described by `config` under `profile` (with the rule group `swarm`, never drawing the
-    ops in `exclude`); write the shrunk counterexample if one is found."""
-    recorder = Recorder(config, swarm, exclude=exclude)
+    ops in `exclude`); write the shrunk counterexample if one is found. `on_first_failure` hears the seconds of
+    fuzzing to the first failing step, and its failure, the moment it happens (before the shrink)."""
+    first: list[Failure] = []
+
+    def noted(_: Any, failure: Failure) -> None:
+        if not first and on_first_failure is not None:
+            first.append(failure)
+            on_first_failure(time.perf_counter() - start, failure)
+
+    recorder = Recorder(config, swarm, exclude=exclude, on_failure=noted)
     test = get_state_machine_test(build_machine(recorder), settings=profile.hypothesis_settings(db_dir))
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -93,6 +106,11 @@ def _write_counterexample(
     path = out_dir / f"{name}.json"
     dump(trace, path)
     return path
+
+
+def first_failure_line(seconds: float, failure: Failure) -> str:
+    """What `fuzz run` prints at its first failing step."""
+    return f"{FIRST_FAILURE} {seconds:.3f} s of fuzzing: {failure.kind} {failure.id} (shrinking it)"
 
 
 def delete_steps(config: dict[str, Any], steps: list[Step], failure: Failure) -> tuple[list[Step], Failure]:

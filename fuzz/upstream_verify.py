@@ -14,12 +14,9 @@ Exit status: 0 everything matches the findings; 1 something does not (each on it
 
 from __future__ import annotations
 
-import json
 import sys
 import time
-from contextlib import redirect_stdout
 from dataclasses import dataclass, field, replace
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -238,21 +235,17 @@ def export_prover_traces(out: Path, ops: frozenset[str]) -> tuple[list[Path], li
     """Settle the theorems the manifest expects refuted, their searches restricted to `ops` (the target's: a
     trace through an op upstream lacks could not run there), and write their traces to `out`. Also returns the
     theorems that have no refuting trace within those ops."""
-    from model.__main__ import MANIFEST
-    from model.__main__ import main as prove
-    from model.theorems import searching_only
+    from model.manifest import MANIFEST
+    from model.manifest import load as load_manifest
+    from model.settle import settle_named, write_trace
 
-    refuted = [
-        name for name, want in json.loads(MANIFEST.read_text())["theorems"].items() if want.get("outcome") == "refuted"
-    ]
+    refuted = [name for name, row in load_manifest(MANIFEST).items() if row.outcome == "refuted"]
     for stale in out.glob("*.json"):
         stale.unlink()
-    argv = ["prove", "--export-traces", str(out)] + [arg for name in refuted for arg in ("--only", name)]
-    with redirect_stdout(StringIO()), searching_only(ops):
-        prove(argv)  # outcomes differ from the manifest by design here: only the traces are wanted
-    paths = sorted(out.glob("*.json"))
-    theorems = {load(path).meta.get("theorem") for path in paths}
-    return paths, [name for name in refuted if name not in theorems]
+    # Outcomes differ from the manifest by design here (a restricted search proves nothing): only the traces count.
+    settled = settle_named(refuted, ops=ops)
+    paths = sorted(write_trace(s, out) for s in settled if s.trace is not None)
+    return paths, [s.theorem.name for s in settled if s.trace is None]
 
 
 def replay_prover_traces(paths: list[Path], findings: list[Finding], version: str, report: Report) -> None:
@@ -332,15 +325,17 @@ def fuzz_pool(
     while True:
         # The first pass is the ci profile itself; without `cases`, further passes (seeded 1, 2, ...: reproducible)
         # run until the shape has taken MIN_STEPS steps.
+        # The further passes alternate the exhaustion swarm (the allocation paths' own refusals) with all rules.
         seed = None if passes == 0 else passes
+        swarm = "exhaustion" if passes % 2 else "all"
         this = profile if seed is None else replace(profile, derandomize=False)
-        result = run(config, this, seed, out, out / "db", exclude=exclude)
+        result = run(config, this, seed, out, out / "db", swarm=swarm, exclude=exclude)
         rate = result.steps / result.seconds if result.seconds > 0 else 0.0
         dropped = f", without {', '.join(sorted(exclude))}" if exclude else ""
-        seeded = "" if seed is None else f", seed {seed}"
+        seeded = "" if seed is None else f", seed {seed}, {swarm} rules"
         report.say(
             f"  {name}{dropped}{seeded}: {result.cases} cases, {result.steps} steps in {result.seconds:.1f} s "
-            f"({rate:.0f} steps/s)"
+            f"({rate:.0f} steps/s); {_refusal_line(result.corners)}"
         )
         steps, passes = steps + result.steps, passes + 1
         if result.counterexample is None:
@@ -355,6 +350,16 @@ def fuzz_pool(
             return
         report.say(f"    known {finding.id} ({result.counterexample}); again without {', '.join(finding.fuzz_exclude)}")
         exclude |= finding.fuzz_exclude
+
+
+def _refusal_line(corners: dict[str, int]) -> str:
+    """How often the run's batches met the allocation paths' own refusals (rows, slots) and the budget's."""
+    own = {
+        short: sum(n for c, n in corners.items() if c.startswith(f"allocation path: out of {short}"))
+        for short in ("rows", "slots")
+    }
+    budget = corners.get("pool: out of rows", 0) + corners.get("pool: out of slots", 0)
+    return f"upstream refused {own['rows']} short of rows, {own['slots']} short of slots; the budget {budget}"
 
 
 # -- the component lockstep -----------------------------------------------------------------------------
@@ -558,29 +563,3 @@ def cli(findings_path: Path, out: Path, random_count: int, cases: int | None = N
         return 1
     print(f"verify-upstream: sglang {version}: everything matches {findings_path} ({took:.0f} s)")
     return 0
-
-
-def false_alarm_cli(budget_s: float, out: Path) -> int:
-    """`python -m fuzz mutants --target sglang`: the no-fault runs only, on each pool upstream supports; what
-    they find is a false alarm unless it is a known finding (upstream/findings.json)."""
-    from fuzz.mutants import DETECTED, run_attempt
-
-    version = installed_sglang()
-    if version is None:
-        print(
-            "fuzz mutants: --target sglang needs upstream sglang; run it with .venv-sglang-VERSION/bin/python "
-            "(make sglang-setup)",
-            file=sys.stderr,
-        )
-        return 2
-    findings = load_findings(ROOT / "upstream" / "findings.json")
-    alarms = 0
-    for pool in upstream_pools():
-        attempt = run_attempt(None, pool, budget_s, out / f"sglang-{version}", target="sglang")
-        seen = attempt.result
-        if attempt.result == DETECTED and attempt.counterexample:
-            hit = known(findings, load(Path(attempt.counterexample)).failure, version)
-            seen = f"known {hit.id}" if hit else f"false alarm: {attempt.failure_kind} {attempt.failure_id}"
-            alarms += hit is None
-        print(f"fuzz mutants: sglang {version}, no fault, {pool}: {seen} ({attempt.wall_s:.0f} s)", flush=True)
-    return 1 if alarms else 0

@@ -20,6 +20,10 @@ from impl.records import Req
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
 
+class OutOfMemory(RuntimeError):
+    """An allocation the budget should have ruled out; upstream raises RuntimeError ("out of memory") here."""
+
+
 @dataclass(frozen=True)
 class Pools:
     """What the allocation paths work on; without `evict_on_demand` they never evict the tree themselves.
@@ -46,7 +50,8 @@ def alloc_for_extend(pools: Pools, reqs: list[Req], seq_lens: list[int]) -> list
     """
     pool = pools.cache.req_to_token_pool
     rows = pool.alloc(reqs)
-    assert rows is not None, "free rows were checked for before the row allocation"
+    if rows is None:
+        raise OutOfMemory(f"alloc_req_slots runs out of memory: {len(reqs)} rows, {pool.available_size()} free")
     prefixes = [req.prefix_indices for req in reqs]
     starts = [prefix.numel() for prefix in prefixes]
     last_locs = [int(prefix[-1]) if prefix.numel() else -1 for prefix in prefixes]
@@ -72,7 +77,8 @@ def alloc_for_decode(pools: Pools, reqs: list[Req]) -> None:
     else:
         evict_from_tree_cache(pools, len(reqs))
         out = allocator.alloc(len(reqs))
-    assert out is not None, "decode out of memory: the decode budget was checked before"
+    if out is None:
+        raise OutOfMemory(f"decode out of memory: {len(reqs)} tokens, {allocator.available_size()} free")
     for k, (req, row, seq_len) in enumerate(zip(reqs, rows, seq_lens, strict=True)):
         pool.write(row, seq_len, out[k : k + 1])
         req.kv.kv_allocated_len += 1
@@ -111,7 +117,8 @@ def _alloc_slots(pools: Pools, starts: list[int], ends: list[int], last_locs: li
     else:
         evict_from_tree_cache(pools, tokens)
         out = allocator.alloc(tokens)
-    assert out is not None, f"out of memory for {tokens} tokens: the budget was checked before"
+    if out is None:
+        raise OutOfMemory(f"out of memory for {tokens} tokens, {allocator.available_size()} free")
     return out
 
 

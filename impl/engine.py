@@ -19,6 +19,7 @@ import torch
 from impl.alloc_kernels import BACKENDS
 from impl.allocation import (
     Allocator,
+    OutOfMemory,
     Pools,
     alloc_for_decode,
     alloc_for_decode_prealloc,
@@ -56,6 +57,7 @@ class ReferencePool(SchedulerGlue[Req]):
     """The reference pool: row pool + token or page allocator + chunk cache or radix tree, driven as a scheduler
     would drive them for one request at a time."""
 
+    short_alloc_crashes = False
     OPS: ClassVar[frozenset[str]] = frozenset(
         {
             "admit",
@@ -121,25 +123,24 @@ class ReferencePool(SchedulerGlue[Req]):
 
     # -- batches -----------------------------------------------------------------------------------------
 
-    def batch(self, entries: list[tuple[str, dict[str, int]]]) -> list[int]:
+    def batch(self, entries: list[tuple[str, dict[str, int]]], unchecked: bool = False) -> list[int]:
         """One scheduling round of up to `MAX_BATCH` requests: admissions and extends (`admit` / `extend`
         arguments) allocated together (rows, then every slot at once), then the decodes of a mixed batch, then
-        the result pass's stash of each prefill entry in order. Returns each entry's row, in the order given."""
-        plan = self._plan_batch(entries)
+        the result pass's stash of each prefill entry in order. Returns each entry's row, in the order given.
+        `unchecked` leaves the budget to the allocation paths (`SchedulerGlue._plan_batch`)."""
+        plan = self._plan_batch(entries, checked=not unchecked)
         rows = self._contract(lambda: self._run_batch(plan))
         return [rows[rid] for rid in plan.rids]
 
     def _run_batch(self, plan: BatchPlan[Req]) -> dict[int, int]:
         """The batch's pool steps; each request's row, as the allocation handed it out."""
         rows: dict[int, int] = {}
-        for _, req, extend in plan.prefill:
-            self._open_extend(req, extend)
-        if plan.prefill:
-            reqs = [req for _, req, _ in plan.prefill]
-            taken = alloc_for_extend(self.pools, reqs, [extend.seq_len for _, _, extend in plan.prefill])
-            rows.update((rid, row) for (rid, _, _), row in zip(plan.prefill, taken, strict=True))
+        self._allocate_prefill(plan, rows)
         if plan.decode:
-            alloc_for_decode(self.pools, [req for _, req, _ in plan.decode])
+            try:
+                alloc_for_decode(self.pools, [req for _, req, _ in plan.decode])
+            except OutOfMemory as exc:
+                raise Refused(f"refused by the allocation path: {exc}") from exc
             rows.update((rid, req.kv.req_pool_idx or 0) for rid, req, _ in plan.decode)
         for rid, req, view in plan.decode:
             req.fill_ids = [*req.fill_ids[: view.committed_len], output_token(rid, view.committed_len)]
@@ -153,6 +154,25 @@ class ReferencePool(SchedulerGlue[Req]):
         if own_group:
             self.allocator.free_group_end()
         return rows
+
+    def _allocate_prefill(self, plan: BatchPlan[Req], rows: dict[int, int]) -> None:
+        """The prefill entries' matches and locks, then their rows and slots; an allocation that does not fit
+        gives the matches and locks back (the scheduler's, taken before it called) and refuses."""
+        if not plan.prefill:
+            return
+        saved = [(req, req.prefix_indices, req.last_node, req.kv.cache_protected_len) for _, req, _ in plan.prefill]
+        for _, req, extend in plan.prefill:
+            self._open_extend(req, extend)
+        reqs = [req for _, req, _ in plan.prefill]
+        try:
+            taken = alloc_for_extend(self.pools, reqs, [extend.seq_len for _, _, extend in plan.prefill])
+        except OutOfMemory as exc:
+            for (_, req, extend), (_, prefix, node, protected) in zip(plan.prefill, saved, strict=True):
+                if extend.match_limit is not None and isinstance(req.last_node, TreeNode) and self.tree is not None:
+                    self.tree.dec_lock_ref(req.last_node)
+                req.prefix_indices, req.last_node, req.kv.cache_protected_len = prefix, node, protected
+            raise Refused(f"refused by the allocation path: {exc}") from exc
+        rows.update((rid, row) for (rid, _, _), row in zip(plan.prefill, taken, strict=True))
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
         """Speculative prepare: `A = max(A, ceil_align(C + reserve))`, the new draft slots written to the row."""

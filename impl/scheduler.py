@@ -213,11 +213,15 @@ class SchedulerGlue(ABC, Generic[E]):
 
     # -- batches ----------------------------------------------------------------------------------------
 
-    def _plan_batch(self, entries: list[BatchEntry]) -> BatchPlan[E]:
+    def _plan_batch(self, entries: list[BatchEntry], checked: bool = True) -> BatchPlan[E]:
         """Plan every entry as its own call would be planned, then check the batch fits as a whole: upstream's
         scheduler admits a batch whose rows and slots (prefill and decode, less what the tree could evict once
-        the batch's matches are locked) it can cover, and allocates it all at once."""
+        the batch's matches are locked) it can cover, and allocates it all at once. Unchecked, the budget is
+        left to the allocation paths, which must refuse a batch that does not fit (upstream's fail-loud
+        RuntimeError) as a caller that skipped or misjudged the budget meets them."""
         plan = self._plan_entries(entries)
+        if not checked:
+            return plan
         ps = self.config.page_size
         slots = sum(tokens_needed(ps, p.start, p.seq_len) for _, _, p in plan.prefill)
         slots += sum(tokens_needed(ps, view.committed_len, view.committed_len + 1) for _, _, view in plan.decode)

@@ -8,7 +8,6 @@ unreadable manifest; 70 kvlife itself failed (`model.exits`).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from model import manifest
 from model.exits import internal_error
 from model.manifest import MANIFEST, Row
 from model.prove import SOLVER_TIMEOUT_MS, Result
-from model.theorems import THEOREMS, Theorem, trace_config
-from model.trace import Failure, Trace, dump
+from model.settle import settle, write_trace
+from model.theorems import THEOREMS, Theorem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +44,8 @@ def _prove(args: argparse.Namespace) -> int:
     print(f"{'theorem':<46} {'outcome':<9} {'depth':>5} {'seconds':>8}  expected")
     results, mismatches = [], []
     for theorem in chosen:
-        result = theorem.run(theorem.name, timeout_ms)
+        settled = settle(theorem, timeout_ms)
+        result = settled.result
         results.append(result)
         differences = manifest.differences(theorem, result, rows.get(theorem.name))
         print(_row(result, rows.get(theorem.name), differences), flush=True)
@@ -54,8 +54,8 @@ def _prove(args: argparse.Namespace) -> int:
         unsettled = _unsettled(theorem, chosen)
         if unsettled:
             print(f"  assumes {', '.join(unsettled)}, whose theorems this run does not settle")
-        if args.export_traces and result.steps is not None:
-            print(f"  trace: {_export(theorem, result, args.export_traces)}")
+        if args.export_traces and settled.trace is not None:
+            print(f"  trace: {write_trace(settled, args.export_traces)}")
     if args.record_seconds:
         _record(args.manifest, results, matched=not (mismatches or unpaired))
     return _summary(chosen, mismatches, unpaired)
@@ -116,22 +116,6 @@ def _row(result: Result, row: Row | None, differences: list[str]) -> str:
     if result.detail and (differences or result.outcome != "proved"):
         line += "\n" + "\n".join("    " + d for d in result.detail.splitlines())
     return line
-
-
-def _export(theorem: Theorem, result: Result, out_dir: Path) -> Path:
-    assert result.steps is not None
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", theorem.name)
-    failure = Failure(
-        step=len(result.steps) - 1,
-        kind="invariant",
-        id=theorem.violates or "theorem",
-        message=f"{theorem.statement} (found by Z3 at depth {result.depth}): {result.detail}".rstrip(": "),
-    )
-    config = trace_config(theorem.shape, theorem.faults)
-    trace = Trace(config, None, result.steps, failure, {"source": "z3", "theorem": theorem.name})
-    path = out_dir / f"{name}.json"
-    dump(trace, path)
-    return path
 
 
 def _record(path: Path, results: list[Result], matched: bool) -> None:

@@ -40,6 +40,9 @@ BATCH_PARAMS = (
     *((f"op{i}", "len") for i in range(MAX_BATCH)),
     *((f"{name}{i}", _SORTS.get(name, "len")) for i in range(MAX_BATCH) for name in ENTRY_FIELDS),
     ("dup", "len"),
+    # 1: the caller skipped the scheduler's budget and the allocation paths must refuse what does not fit; the
+    # model judges the batch the same either way.
+    ("unchecked", "len"),
     *EVICT_PARAMS,
 )
 # A step names only the slots it uses, and of those only the fields their op takes: the rest are 0.

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +38,9 @@ RECORD_GUARD_INVARIANTS = (
 SYMBOLIC = [inv for inv in INVARIANTS if inv.symbolic is not None]
 
 
+Ops = frozenset[str] | None  # the actions a search may take (None: every one the contract has)
+
+
 @dataclass(frozen=True)
 class Theorem:
     """A named claim; `run` settles it. `faults` are the model's fault variants it is stated over; `assumes` is
@@ -49,9 +51,15 @@ class Theorem:
     statement: str
     shape: str
     faults: frozenset[str]
-    run: Callable[[str, int], Result]
+    search: Callable[[str, int, Ops], Result]
     violates: str | None = None
     assumes: tuple[str, ...] = ()
+
+    def run(self, name: str, timeout_ms: int, ops: Ops = None) -> Result:
+        """Settle the claim. With `ops`, its transition relation has only those actions: a refuting trace then
+        uses only them, and a *proved* outcome means nothing (the relation is smaller than the contract's), so
+        that is for traces a target lacking some ops can run (`model.settle.settle_named`)."""
+        return self.search(name, timeout_ms, ops)
 
 
 def _ids(invariants: list[Any]) -> tuple[str, ...]:
@@ -74,35 +82,15 @@ def trace_config(shape: str, faults: frozenset[str]) -> dict[str, Any]:
     }
 
 
-# Set by `searching_only`: the ops a refutation may use (a target that lacks some, such as upstream SGLang).
-_SEARCH_OPS: frozenset[str] | None = None
-
-
-@contextmanager
-def searching_only(ops: frozenset[str]) -> Iterator[None]:
-    """Within the block, every theorem's transition relation has only the actions named in `ops`. A refuting
-    trace found then uses only those ops; a *proved* outcome means nothing (the relation is smaller than the
-    contract's), so use it for traces only: `fuzz.upstream_verify` derives the upstream-replayable traces so."""
-    global _SEARCH_OPS
-    saved, _SEARCH_OPS = _SEARCH_OPS, ops
-    try:
-        yield
-    finally:
-        _SEARCH_OPS = saved
-
-
-def steps_of(faults: frozenset[str]) -> list[Any]:
-    """The actions a scheduler can take (negative steps are calls only made to be refused)."""
-    return [a for a in actions_for(faults).values() if not a.negative and _allowed(a.name)]
-
-
-def _allowed(op: str) -> bool:
-    return _SEARCH_OPS is None or op in _SEARCH_OPS
+def steps_of(faults: frozenset[str], ops: Ops = None) -> list[Any]:
+    """The actions a scheduler can take (negative steps are calls only made to be refused), those in `ops` only
+    where given."""
+    return [a for a in actions_for(faults).values() if not a.negative and (ops is None or a.name in ops)]
 
 
 def _inductive(inv_id: str, shape: str) -> Theorem:
-    def run(name: str, timeout_ms: int) -> Result:
-        return induction(name, SHAPES[shape], steps_of(frozenset()), SYMBOLIC, BY_ID[inv_id], timeout_ms)
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
+        return induction(name, SHAPES[shape], steps_of(frozenset(), ops), SYMBOLIC, BY_ID[inv_id], timeout_ms)
 
     others = tuple(i for i in _ids(SYMBOLIC) if i != inv_id)
     statement = f"{BY_ID[inv_id].statement} is inductive"
@@ -119,8 +107,8 @@ def two_live_on_one_row(s: State, tag: str) -> Any:
 def _stale_reuse_legacy() -> Theorem:
     faults = frozenset({"legacy_reuse_guard", "raw_row_free"})
 
-    def run(name: str, timeout_ms: int) -> Result:
-        return bmc(name, steps_of(faults), SHAPES["chunk"], two_live_on_one_row, BMC_DEPTH, timeout_ms)
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
+        return bmc(name, steps_of(faults, ops), SHAPES["chunk"], two_live_on_one_row, BMC_DEPTH, timeout_ms)
 
     statement = "with the pre-#37167 reuse guard and a raw row free, two live records end up on one row"
     return Theorem("stale-reuse:legacy-guard", statement, "chunk", faults, run, violates="row-exclusive")
@@ -133,9 +121,9 @@ def _stale_reuse_record() -> Theorem:
     # The offload release reads req_pool_idx raw, so a raw row free defeats its guard: a second release, which
     # no reuse guard can prevent (theorem sentinel-boundary:raw-row-free).
     left_out = "offload_release"
-    steps = [a for a in steps_of(faults) if a.name != left_out]
 
-    def run(name: str, timeout_ms: int) -> Result:
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
+        steps = [a for a in steps_of(faults, ops) if a.name != left_out]
         result = Result(name, "proved", None, 0.0)
         for inv in invariants:
             step = induction(name, SHAPES["chunk"], steps, invariants, inv, timeout_ms)
@@ -161,7 +149,7 @@ def same_pool_state(a: State, b: State) -> Any:
 
 
 def _release_equivalence(shape: str) -> Theorem:
-    def run(name: str, timeout_ms: int) -> Result:
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
         sizes, domain = symbolic_sizes(SHAPES[shape])
         pre, req = symbolic("pre"), z3.Int("req")
         solver = _solver(timeout_ms)
@@ -219,10 +207,10 @@ DIVERGENCE_LABELS = ("protected-prefix", "over-allocated", "decoded-past-extend"
 def _divergence(dropped: int) -> Theorem:
     label = DIVERGENCE_LABELS[dropped]
 
-    def run(name: str, timeout_ms: int) -> Result:
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
         result = bmc(
             name,
-            steps_of(frozenset()),
+            steps_of(frozenset(), ops),
             SHAPES["radix"],
             _diverges_without(dropped),
             BMC_DEPTH,
@@ -278,7 +266,7 @@ def owns_row(sizes: Sizes, s: State, req: Any) -> Any:
 
 
 def _sentinel_guard() -> Theorem:
-    def run(name: str, timeout_ms: int) -> Result:
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
         sizes, domain = symbolic_sizes(SHAPES["radix"])
         pre, req = symbolic("pre"), z3.Int("req")
         solver = _solver(timeout_ms)
@@ -295,7 +283,7 @@ def _sentinel_guard() -> Theorem:
 
 
 def _offload_equivalence(shape: str) -> Theorem:
-    def run(name: str, timeout_ms: int) -> Result:
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
         sizes, domain = symbolic_sizes(SHAPES[shape])
         pre, req = symbolic("pre"), z3.Int("req")
         solver = _solver(timeout_ms)
@@ -340,8 +328,8 @@ def sentinel_row_freed(s: State, tag: str) -> Any:
 
 
 def _presence_guard() -> Theorem:
-    def run(name: str, timeout_ms: int) -> Result:
-        result = bmc(name, steps_of(PRESENCE_FAULTS), SHAPES["chunk"], sentinel_row_freed, BMC_DEPTH, timeout_ms)
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
+        result = bmc(name, steps_of(PRESENCE_FAULTS, ops), SHAPES["chunk"], sentinel_row_freed, BMC_DEPTH, timeout_ms)
         if result.steps:
             result.detail = describe_sentinel_release(result.steps)
         return result
@@ -364,8 +352,8 @@ def live_on_a_free_row(s: State, tag: str) -> Any:
 def _raw_row_free_defeats_the_guard() -> Theorem:
     faults = frozenset({"raw_row_free"})
 
-    def run(name: str, timeout_ms: int) -> Result:
-        return bmc(name, steps_of(faults), SHAPES["chunk"], live_on_a_free_row, BMC_DEPTH, timeout_ms)
+    def run(name: str, timeout_ms: int, ops: Ops) -> Result:
+        return bmc(name, steps_of(faults, ops), SHAPES["chunk"], live_on_a_free_row, BMC_DEPTH, timeout_ms)
 
     statement = (
         "the raw guard reads only the field: after a raw row free leaves req_pool_idx set, the offload "

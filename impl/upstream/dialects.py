@@ -74,6 +74,9 @@ class Dialect(abc.ABC):
     """The calls both versions share; subclasses add what differs (record fields, stash, release, cache)."""
 
     version = ""
+    # Whether the paged allocator checks its free pages before it launches its kernel (else a short allocation
+    # reads past the free list: a segfault under the interpreter, found by the component lockstep).
+    paged_checks_before_kernel = True
     # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can refuse.
     glue_fields: tuple[str, ...] = ()
 

@@ -119,6 +119,7 @@ class SglangPool(SchedulerGlue[_Request]):
         self.config = config
         self.dialect: Dialect = load_dialect()
         self.version = self.dialect.version
+        self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
         if config.row_pool == "decode":
             self.req_to_token_pool = pd.new_decode_pool(config)
         else:
@@ -155,12 +156,13 @@ class SglangPool(SchedulerGlue[_Request]):
     # -- batches -----------------------------------------------------------------------------------------
 
     @_logged
-    def batch(self, entries: list[tuple[str, dict[str, int]]]) -> list[int]:
+    def batch(self, entries: list[tuple[str, dict[str, int]]], unchecked: bool = False) -> list[int]:
         """One scheduling round of up to `MAX_BATCH` requests, as the scheduler runs it: one `ScheduleBatch` of
         every admission and extend (`prepare_for_extend`: their rows, then all their slots), then a mixed batch's
         decodes merged into one running batch (`merge_batch`, `prepare_for_decode`), then the result pass's
-        stash of each prefill entry in order. Returns each entry's row, in the order given."""
-        plan = self._plan_batch(entries)
+        stash of each prefill entry in order. Returns each entry's row, in the order given. `unchecked` leaves
+        the budget to upstream's allocation paths, whose out-of-memory RuntimeError is their refusal."""
+        plan = self._plan_batch(entries, checked=not unchecked)
         if self.config.cache == "radix" and any(e.prompt_len is None for _, e, _ in plan.prefill):
             # Upstream matches the tokens a request has; an open-ended prompt has them only once extended.
             raise Refused("an open-ended prompt cannot be extended on the radix tree")
@@ -417,6 +419,12 @@ class SglangPool(SchedulerGlue[_Request]):
             call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}") from exc
+        except RuntimeError as exc:
+            # alloc_req_slots / alloc_token_slots fail loud when a batch does not fit (allocation.py): that is
+            # upstream's refusal; any other RuntimeError is a crash for the harness to report.
+            if "out of memory" not in str(exc).lower():
+                raise
+            raise Refused(f"upstream out of memory: {str(exc).splitlines()[0]}") from exc
 
     def _release(self, req: Any, insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group where it runs in a result-processing pass, as the scheduler (in

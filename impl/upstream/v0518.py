@@ -13,6 +13,7 @@ class Dialect0518(Dialect):
     """Speaks sglang 0.5.18, the last release before the row index moved into `ReqKvInfo` (#37094)."""
 
     version = "0.5.18"
+    paged_checks_before_kernel = False  # allocator/paged.py alloc_extend / alloc_decode: the kernel runs first
     glue_fields = (
         "origin_input_ids",
         "full_untruncated_fill_ids",

@@ -16,27 +16,16 @@ import pytest
 from hypothesis.internal.conjecture import engine as hypothesis_engine
 
 from fuzz.__main__ import main as fuzz_main
-from fuzz.campaign import (
-    DUPLICATE,
-    EXIT_FAILED,
-    NEW_GROUP,
-    NEW_SHAPE,
-    SEEN,
-    Plan,
-    add_finding,
-    configurations,
-    last_unit_examples,
-    parse_duration,
-    parse_shard,
-    run_campaign,
-    run_unit,
-    unit_configuration,
-    unit_seed,
-)
-from fuzz.campaign_report import markdown
+from fuzz.campaign.cli import parse_duration, parse_shard
+from fuzz.campaign.findings import DUPLICATE, NEW_GROUP, NEW_SHAPE, SEEN, add_finding
+from fuzz.campaign.plan import Plan, configurations, last_unit_examples, unit_configuration, unit_seed
+from fuzz.campaign.report import markdown
+from fuzz.campaign.report_data import EXIT_FAILED
+from fuzz.campaign.supervisor import run_campaign
+from fuzz.campaign.unit import UnitHooks, run_unit
 from fuzz.machine import SWARMS
 from fuzz.profiles import DEFAULT_POOL, POOLS
-from fuzz.replay import load_trace
+from fuzz.replay import load_trace, replay
 from model.trace import Failure, Step, Trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +66,9 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     (path,) = _counterexamples(out)
     trace = load_trace(path, None)
     assert trace.failure is not None and trace.config["faults"] == [FAULT]
+    recorded = (trace.failure.step, trace.failure.kind, trace.failure.id)
+    replayed = replay(trace).failure
+    assert replayed is not None and (replayed.step, replayed.kind, replayed.id) == recorded
     assert fuzz_main(["replay", str(path)]) == 1
 
     rerun = subprocess.run(
@@ -94,6 +86,8 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     assert not any(line.startswith("[") for line in lines[:resumed]), "progress came before the re-check"
     report = json.loads((out / "report.json").read_text())
     assert [(r["file"], r["status"]) for r in report["rechecked"]] == [(str(path), "reproduces")]
+    rechecked = report["rechecked"][0]["failure"]
+    assert (rechecked["step"], rechecked["kind"], rechecked["id"]) == recorded
     assert load_trace(path, None).meta["shrunk"] is not False, "a trace left unshrunk was not trimmed on resume"
     assert sum(g["count"] for g in report["groups"]) >= 1 and report["exit_code"] == 1
     assert not any(g["false_alarm"] for g in report["groups"])
@@ -115,7 +109,8 @@ def test_a_failing_step_is_on_disk_before_the_shrink(tmp_path: Path, monkeypatch
         "test",
     )
     seen: list[Trace] = []
-    result = run_unit(plan, 0, 0, 50, lambda recorder: None, lambda path: seen.append(load_trace(path, None)))
+    hooks = UnitHooks(lambda progress: None, lambda path: seen.append(load_trace(path, None)))
+    result = run_unit(plan, plan.unit(0, 0, 50), hooks)
     assert len(seen) == 1 and seen[0].meta["shrunk"] is False and seen[0].failure is not None
     assert result.counterexample is not None and result.shrunk
     final = load_trace(Path(result.counterexample), None)

@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 import fuzz.__main__ as fuzz_cli
-import fuzz.campaign
+import fuzz.campaign.resume
 import fuzz.emit
 import fuzz.lockstep
 import fuzz.mutants
 import fuzz.profiles
+import fuzz.replay
 import fuzz.run
 import fuzz.upstream_verify
 import model.__main__ as model_cli
@@ -105,6 +106,16 @@ def _run_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
 # -- replay and emit ------------------------------------------------------------------------------------------
 
 
+def _replay_failing(tmp: Path, _: pytest.MonkeyPatch) -> int:
+    """Exit 1, and the failure the pool shows is the one the file records: its step, kind and id."""
+    path = _failing_trace(tmp)
+    trace = fuzz.replay.load_trace(path, None)
+    found = fuzz.replay.replay(trace).failure
+    assert trace.failure is not None and found is not None
+    assert (found.step, found.kind, found.id) == (trace.failure.step, trace.failure.kind, trace.failure.id)
+    return _exit(["replay", str(path)])
+
+
 def _replay_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
     mp.setattr(fuzz.lockstep.Lockstep, "_observe", _planted)
     return _exit(["replay", str(_failing_trace(tmp))])
@@ -152,7 +163,7 @@ def _campaign_found(tmp: Path, _: pytest.MonkeyPatch) -> int:
 def _campaign_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
     (tmp / "out").mkdir()
     shutil.copy(_failing_trace(tmp), tmp / "out" / "earlier.json")
-    mp.setattr(fuzz.campaign, "replay", _planted)  # the re-check of --out crashes kvlife, not the pool
+    mp.setattr(fuzz.campaign.resume, "replay", _planted)  # the re-check of --out crashes kvlife, not the pool
     return _campaign(tmp)
 
 
@@ -223,7 +234,7 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("python -m fuzz run", 2): lambda tmp, mp: _run(tmp, mp, TINY, "--out", str(_trace_file(tmp) / "sub")),
     ("python -m fuzz run", 70): _run_internal,
     ("python -m fuzz replay", 0): lambda tmp, mp: _exit(["replay", str(_trace_file(tmp))]),
-    ("python -m fuzz replay", 1): lambda tmp, mp: _exit(["replay", str(_failing_trace(tmp))]),
+    ("python -m fuzz replay", 1): _replay_failing,
     ("python -m fuzz replay", 2): lambda tmp, mp: _exit(["replay", str(_too_big(tmp))]),
     ("python -m fuzz replay", 70): _replay_internal,
     ("python -m fuzz emit", 0): lambda tmp, mp: _exit(["emit", str(_trace_file(tmp)), "--out", str(tmp / "reg")]),

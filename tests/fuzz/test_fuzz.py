@@ -4,15 +4,17 @@ replay on a real pool with the faults on (exit 1) and not with them off (exit 0)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from fuzz.__main__ import main as fuzz_main
 from fuzz.profiles import DEFAULT_POOL, Profile
+from fuzz.replay import load_trace, replay
 from fuzz.run import run
 from model.__main__ import main as prove_main
-from model.trace import load
+from model.trace import Failure, load
 
 QUICK = Profile("test", max_examples=60, steps_per_case=20, derandomize=True, keep_database=False)
 # Hunting a fault stops at the first failure, so a larger budget costs only when the fault hides.
@@ -22,6 +24,23 @@ HUNT = Profile("test-hunt", max_examples=400, steps_per_case=20, derandomize=Tru
 def _run(tmp_path: Path, faults: list[str]):  # type: ignore[no-untyped-def]
     profile = HUNT if faults else QUICK
     return run({**DEFAULT_POOL, "faults": faults}, profile, None, tmp_path / "ce", tmp_path / "db")
+
+
+def _where(failure: Failure | None) -> tuple[int, str, str] | None:
+    return None if failure is None else (failure.step, failure.kind, failure.id)
+
+
+def _replays_as_recorded(path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> None:
+    """Replay `path` through the CLI: exit 1, and the failure it prints is the one the file records (step, kind
+    and id), with no note that the pool failed otherwise."""
+    recorded = load(path).failure
+    assert recorded is not None
+    capsys.readouterr()
+    assert fuzz_main(["replay", str(path), *flags]) == 1
+    out = capsys.readouterr().out
+    assert f"reproduced: step {recorded.step}: {recorded.kind} {recorded.id}: " in out
+    assert "the trace recorded" not in out
+    assert _where(replay(load_trace(path, None)).failure) == _where(recorded)
 
 
 def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
@@ -41,26 +60,39 @@ def test_no_fault_run_finds_nothing(tmp_path: Path) -> None:
         (["raw_row_free"], {"invariant", "mismatch", "release-divergence"}),
     ],
 )
-def test_fault_is_found_shrunk_and_replays(tmp_path: Path, faults: list[str], kinds: set[str]) -> None:
+def test_fault_is_found_shrunk_and_replays(
+    tmp_path: Path, faults: list[str], kinds: set[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     result = _run(tmp_path, faults)
     assert result.counterexample is not None
     trace = load(result.counterexample)
     assert len(trace.steps) <= 8
     assert trace.failure is not None and trace.failure.kind in kinds
     assert trace.config["faults"] == sorted(faults)
-    assert fuzz_main(["replay", str(result.counterexample)]) == 1
+    assert result.failure_text.startswith(f"step {trace.failure.step}: {trace.failure.kind} {trace.failure.id}: ")
+    _replays_as_recorded(result.counterexample, capsys)
     assert fuzz_main(["replay", str(result.counterexample), "--faults", "none"]) == 0
 
 
 def test_z3_counterexample_fails_on_the_real_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A prover trace records the theorem's bad state (two live records on one row, at its last step); the pool
+    breaks an invariant on the way there, and replay prints both its own failure and the recorded one."""
     assert prove_main(["prove", "--only", "stale-reuse:legacy-guard", "--export-traces", str(tmp_path)]) == 0
     (path,) = tmp_path.glob("*.json")
     trace = load(path)
     assert trace.config["faults"] == ["legacy_reuse_guard", "raw_row_free"]
     assert trace.steps[0].op == "admit" and len(trace.steps) == 4
-    assert fuzz_main(["replay", str(path)]) == 1
+    assert _where(trace.failure) == (3, "invariant", "row-exclusive")
+    for flags in ([], ["--faults", "raw_row_free"]):
+        capsys.readouterr()
+        assert fuzz_main(["replay", str(path), *flags]) == 1
+        out = capsys.readouterr().out
+        found = replay(load_trace(path, flags[1:] or None)).failure
+        assert found is not None and found.step <= 3
+        assert f"reproduced: step {found.step}: {found.kind} {found.id}: " in out
+        if _where(found) != _where(trace.failure):
+            assert "(the trace recorded step 3: invariant row-exclusive; the pool fails earlier or differently)" in out
     assert fuzz_main(["replay", str(path), "--faults", "none"]) == 0
-    assert fuzz_main(["replay", str(path), "--faults", "raw_row_free"]) == 1
 
 
 BAD_FILES = {
@@ -124,13 +156,19 @@ def test_emitted_regression_fails_with_the_fault_and_passes_without(
     (test,) = [f for name, f in namespace.items() if name.startswith("test_")]
     test()  # type: ignore[operator]
     monkeypatch.setenv("KVLIFE_REGRESSION_FAULTS", "legacy_reuse_guard")
-    with pytest.raises(AssertionError, match="accepted-forbidden"):
+    recorded = load(result.counterexample).failure
+    assert recorded is not None
+    with pytest.raises(AssertionError, match=re.escape(f"kind='{recorded.kind}', id='{recorded.id}'")):
         test()  # type: ignore[operator]
 
 
 def test_verbose_replay_shows_model_and_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = _run(tmp_path, ["raw_row_free"])
     assert result.counterexample is not None
+    recorded = load(result.counterexample).failure
+    assert recorded is not None
+    capsys.readouterr()
     assert fuzz_main(["replay", str(result.counterexample), "--verbose"]) == 1
     out = capsys.readouterr().out
     assert "      model req 0:" in out and "      pool  req 0:" in out
+    assert f"reproduced: step {recorded.step}: {recorded.kind} {recorded.id}: " in out

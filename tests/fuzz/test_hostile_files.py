@@ -359,7 +359,7 @@ def _tracebacks(text: str) -> list[str]:
 
 
 def _judge_file(data: bytes, also_emit: bool, folder: Path) -> Outcome:
-    from fuzz.campaign import recheck
+    from fuzz.campaign.resume import recheck
 
     path = folder / "trace.json"
     path.write_bytes(data)

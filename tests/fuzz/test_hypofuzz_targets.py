@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fuzz.campaign import configurations
+from fuzz.campaign.plan import configurations
 from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS
 

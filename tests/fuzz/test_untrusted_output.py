@@ -17,8 +17,8 @@ import pytest
 
 import fuzz.emit
 from fuzz.__main__ import main as fuzz_main
-from fuzz.campaign import add_finding
-from fuzz.campaign_report import code, markdown, text, write_report
+from fuzz.campaign.findings import add_finding
+from fuzz.campaign.report import code, markdown, text, write_report
 from fuzz.environment import BadEnvironment, env_count, env_folder, env_names
 from fuzz.profiles import DEFAULT_POOL
 from model.trace import Failure, Step, Trace, dump, parse

@@ -185,14 +185,12 @@ def test_a_search_restricted_to_some_ops_finds_a_trace_through_those_only() -> N
     stale-reuse search is free to use."""
     ops = frozenset({"admit", "extend", "pp_release", "finish", "abort"})
     legacy = next(t for t in THEOREMS if t.name == "stale-reuse:legacy-guard")
-    with theorems.searching_only(ops):
-        assert {a.name for a in theorems.steps_of(legacy.faults)} <= ops
-        result = legacy.run(legacy.name, 60_000)
+    assert {a.name for a in theorems.steps_of(legacy.faults, ops)} <= ops
+    result = legacy.run(legacy.name, 60_000, ops)
     assert result.outcome == "refuted" and result.steps is not None
     assert {step.op for step in result.steps} <= ops
-    assert "pd_prealloc" in {a.name for a in theorems.steps_of(legacy.faults)}  # the restriction ends with the block
-    with theorems.searching_only(frozenset({"admit", "finish"})):
-        assert legacy.run(legacy.name, 60_000).outcome != "refuted"  # no release that leaves a stale row
+    assert "pd_prealloc" in {a.name for a in theorems.steps_of(legacy.faults)}  # no restriction outlives its call
+    assert legacy.run(legacy.name, 60_000, frozenset({"admit", "finish"})).outcome != "refuted"  # no stale row left
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,24 @@ from pathlib import Path
 
 import pytest
 
+import fuzz.mutants
 from fuzz.__main__ import main as fuzz_main
-from fuzz.mutants import DETECTED, MISSED, TIMEOUT, Attempt, Score, markdown, report_of, run_attempt
+from fuzz.mutants import (
+    ALARMS,
+    CRASH,
+    DETECTED,
+    MISSED,
+    TIMEOUT,
+    UNSHRUNK,
+    Attempt,
+    Score,
+    false_alarm_cli,
+    markdown,
+    report_of,
+    run_attempt,
+    upstream_run_pools,
+)
+from fuzz.profiles import POOLS
 from fuzz.replay import load_trace, replay
 from impl.faults import PATTERNS
 
@@ -80,3 +96,67 @@ def test_bad_usage_exits_2(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:
         fuzz_main(["mutants", *argv])
     assert info.value.code == 2
+
+
+# -- the no-fault runs on the upstream target (`fuzz mutants --target sglang`) ---------------------------------
+
+KNOWN_ON_0518 = Path(__file__).resolve().parents[2] / "upstream" / "findings" / "stale-row-reuse.json"
+
+
+BOOM = "RuntimeError: boom"
+
+
+def _found(path: Path) -> Attempt:
+    return Attempt(None, "p", DETECTED, 1.0, 0.5, 3, "accepted-forbidden", "reuse_released", str(path))
+
+
+# Each way a no-fault run can end, on a version, and what `false_alarm_cli` says of it.
+UPSTREAM_RUNS = [
+    (Attempt(None, "p", MISSED, 1.0), "0.5.18", 0, "clean (profile ran out)"),
+    (Attempt(None, "p", TIMEOUT, 1.0), "0.5.18", 0, "clean (budget ran out)"),
+    (_found(KNOWN_ON_0518), "0.5.18", 0, "known stale-row-reuse"),
+    (_found(KNOWN_ON_0518), "0.5.23", 1, "false alarm: accepted-forbidden reuse_released"),
+    (Attempt(None, "p", UNSHRUNK, 1.0, 0.5), "0.5.23", 1, f"false alarm: {UNSHRUNK}"),
+    (Attempt(None, "p", CRASH, 1.0, detail=BOOM), "0.5.23", 1, f"false alarm: {CRASH} ({BOOM})"),
+]
+
+
+def test_the_upstream_runs_count_every_alarm_the_scorer_counts() -> None:
+    assert {attempt.result for attempt, _, code, _ in UPSTREAM_RUNS if code == 1} == set(ALARMS)
+
+
+@pytest.mark.parametrize(("attempt", "version", "code", "said"), UPSTREAM_RUNS)
+def test_a_no_fault_upstream_run_is_a_false_alarm_unless_clean_or_known(
+    attempt: Attempt,
+    version: str,
+    code: int,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    asked: list[tuple[str | None, str, str]] = []
+
+    def run(fault: str | None, pool: str, budget_s: float, out: Path, target: str = "reference") -> Attempt:
+        asked.append((fault, pool, target))
+        return attempt
+
+    monkeypatch.setattr("fuzz.targets.installed_sglang", lambda: version)
+    monkeypatch.setattr(fuzz.mutants, "upstream_run_pools", lambda: ["chunk-p1", "radix-p4"])
+    monkeypatch.setattr(fuzz.mutants, "run_attempt", run)
+    assert false_alarm_cli(5.0, tmp_path) == code
+    lines = capsys.readouterr().out.splitlines()
+    assert asked == [(None, "chunk-p1", "sglang"), (None, "radix-p4", "sglang")]
+    assert lines[0] == f"fuzz mutants: sglang {version}, no fault, chunk-p1: {said} (1 s)"
+    assert lines[-1] == f"fuzz mutants: sglang {version}: {2 * code} false alarms in 2 no-fault runs"
+
+
+def test_the_upstream_runs_need_sglang(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("fuzz.targets.installed_sglang", lambda: None)
+    assert false_alarm_cli(5.0, Path("unused")) == 2
+    assert "make sglang-setup" in capsys.readouterr().err
+
+
+def test_the_upstream_runs_use_pool_names_fuzz_run_accepts() -> None:
+    """Every pool the no-fault runs would ask for is one `fuzz run --pool` takes (here, without sglang: none)."""
+    assert set(upstream_run_pools()) <= set(POOLS)

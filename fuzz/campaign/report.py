@@ -14,7 +14,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from fuzz.campaign import EXIT_FAILED, found_line
+from fuzz.campaign.findings import found_line
+from fuzz.campaign.report_data import EXIT_FAILED
 from fuzz.emit import emit
 from model.trace import TraceError, load, one_line, write_atomically
 
