@@ -80,8 +80,9 @@ class Dialect(abc.ABC):
     # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can refuse.
     glue_fields: tuple[str, ...] = ()
 
-    def __init__(self) -> None:
-        prepare_sglang_import()
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device  # every pool, allocator and published config of this process lives there
+        prepare_sglang_import(device)
         from sglang.srt.managers import schedule_batch
         from sglang.srt.mem_cache import allocator, common, memory_pool
         from sglang.srt.runtime_context import publish
@@ -95,19 +96,20 @@ class Dialect(abc.ABC):
         self.common = common
         self.sampling_params = SamplingParams
         self.no_speculation = SpeculativeAlgorithm.NONE
-        self.server_args = ServerArgs(**SERVER_ARGS)
+        self.server_args = ServerArgs(**{**SERVER_ARGS, "device": device})
         publish(self.server_args, role="scheduler")
 
     def new_pool(self, rows: int, width: int) -> Any:
-        return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
+        return self.memory_pool.ReqToTokenPool(rows, width, device=self.device, enable_memory_saver=False)
 
     def new_allocator(self, tokens: int, need_sort: bool, page_size: int = 1, kernels: bool = False) -> Any:
         """`TokenToKVPoolAllocator` for page size 1, else `PagedTokenToKVPoolAllocator` whose extend and decode
         slot math runs upstream's Triton kernels (`kernels`) or its naive torch path."""
         # dtype and kvcache only size the KV buffers, which the allocator itself never touches.
         if page_size == 1:
-            return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, need_sort)
-        paged = self.allocator.PagedTokenToKVPoolAllocator(tokens, page_size, torch.float16, "cpu", None, need_sort)
+            return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, self.device, None, need_sort)
+        paged_class = self.allocator.PagedTokenToKVPoolAllocator
+        paged = paged_class(tokens, page_size, torch.float16, self.device, None, need_sort)
         self.select_kernels(paged, kernels)
         return paged
 
@@ -338,10 +340,11 @@ def _model_config() -> types.SimpleNamespace:
 
 
 @functools.cache
-def load_dialect() -> Dialect:
-    """Import the installed sglang (once per process) and return the dialect that speaks it."""
+def load_dialect(device: str = "cpu") -> Dialect:
+    """Import the installed sglang (once per process) and return the dialect that speaks it on `device`; a
+    process runs one device (Triton's mode is fixed at import: `impl.triton_env.TritonModeError` otherwise)."""
     version = installed_version()
     from impl.upstream import v0518, v0523
 
-    dialect: Dialect = v0523.Dialect0523() if version == "0.5.23" else v0518.Dialect0518()
+    dialect: Dialect = v0523.Dialect0523(device) if version == "0.5.23" else v0518.Dialect0518(device)
     return dialect

@@ -34,11 +34,11 @@ if TYPE_CHECKING:
 SENTINEL_ROW = -1  # what a legacy free or a pool fake leaves in `req_pool_idx` in place of None
 
 
-def new_decode_pool(config: PoolConfig, device: str = "cpu") -> Any:
+def new_decode_pool(config: PoolConfig) -> Any:
     """`DecodeReqToTokenPool`: `rows` running rows plus `pre_alloc_size` rows for pre-allocated requests."""
     from sglang.srt.disaggregation.decode import DecodeReqToTokenPool
 
-    return DecodeReqToTokenPool(config.rows, config.width, device, False, config.pre_alloc_size)
+    return DecodeReqToTokenPool(config.rows, config.width, config.device, False, config.pre_alloc_size)
 
 
 def _prealloc_queue(pool: SglangPool) -> Any:

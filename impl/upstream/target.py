@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
+
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
@@ -50,7 +52,10 @@ def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
     naive = PAGED_NAIVE_PATH.get(version or "", True)
     checks = [
         (not faults.names, f"faults are not supported on the upstream target (asked for {', '.join(faults.sorted())})"),
-        (config.device == "cpu", f"the upstream target runs on 'cpu' only, got {config.device!r}"),
+        (
+            config.device == "cpu" or (config.device == "cuda" and torch.cuda.is_available()),
+            f"the upstream target runs on 'cpu', or on 'cuda' where a CUDA device is present; got {config.device!r}",
+        ),
         (
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
@@ -117,7 +122,7 @@ class SglangPool(SchedulerGlue[_Request]):
         if problem:
             raise ValueError(problem)
         self.config = config
-        self.dialect: Dialect = load_dialect()
+        self.dialect: Dialect = load_dialect(config.device)
         self.version = self.dialect.version
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
         if config.row_pool == "decode":

@@ -8,6 +8,7 @@ import importlib.metadata
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 from fuzz.profiles import POOLS
 from fuzz.targets import retarget, target_problem
@@ -62,10 +63,13 @@ def test_faults_are_refused_before_sglang_is_loaded() -> None:
     ("config", "message"),
     [
         (PoolConfig(page_size=4, kernel_backend="oracle"), r"no 'oracle' kernel backend; use one of \('torch', "),
-        (PoolConfig(device="cuda"), "'cpu' only"),
+        (PoolConfig(device="cuda"), "on 'cuda' where a CUDA device is present"),
     ],
 )
-def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(config: PoolConfig, message: str) -> None:
+def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(
+    monkeypatch: pytest.MonkeyPatch, config: PoolConfig, message: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
     with pytest.raises(ValueError, match=message):
         SglangPool(config)
 
@@ -105,7 +109,9 @@ def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
 ) -> None:
     """On 0.5.18 a paged pool on a CUDA device has two problems; the one `retarget` cannot fix is the one told."""
     _version_is(monkeypatch, "0.5.18")
-    assert "'cpu' only" in str(target_problem(retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    on_cuda = retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")
+    assert "where a CUDA device is present" in str(target_problem(on_cuda))
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
 
 
