@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
-.PHONY: setup verify test lint bench replay mutants fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
+.PHONY: setup verify test lint bench replay mutants mutants-walker fuzz-nightly gpu-check clean sglang-setup sglang-test sglang-probe \
 	verify-sglang hostile-files
 
 setup: $(STAMP)
@@ -38,6 +38,10 @@ lint: setup
 
 mutants: setup
 	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz mutants
+
+# The same exam with the seeded walker as the engine (`python -m fuzz.walker mutants`).
+mutants-walker: setup
+	@OMP_NUM_THREADS=1 $(BIN)/python -m fuzz.walker mutants
 
 # A time-boxed campaign on every core (`python -m fuzz campaign`); SHARD=I/N runs one CI matrix shard.
 BUDGET ?= 10m

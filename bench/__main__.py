@@ -9,8 +9,10 @@
      state, so this row measures what the unrolled encoding costs to build and check, not a search;
 2. lockstep: the same Hypothesis rules run (a) in lockstep against the reference pool on CPU and (b) on the
    model alone; steps per second for each and their ratio; then where a lockstep step's time goes;
-3. campaign: steps per core-hour with every worker busy, and the speed-up from 1 worker to one per core;
-4. the whole-pool page check (oracle loop, vectorized torch, Triton on CUDA) on a production-size pool.
+3. walker: the seeded walker beside the Hypothesis machine on the same pools (steps/s, per core-hour, as a
+   fraction of the pool-call ceiling) and both engines' time to first failure on the exam (`bench/walker_bench.py`);
+4. campaign: steps per core-hour with every worker busy, and the speed-up from 1 worker to one per core;
+5. the whole-pool page check (oracle loop, vectorized torch, Triton on CUDA) on a production-size pool.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from hypothesis.stateful import get_state_machine_test
 
-from bench import campaign_bench, page_check_bench
+from bench import campaign_bench, page_check_bench, walker_bench
 from bench.lockstep_profile import breakdown
 from fuzz.machine import Recorder, build_machine
 from fuzz.model_only import ModelOnly
@@ -123,6 +125,7 @@ def main() -> None:
         bmc_search()
     bmc_unrolling([10] if args.quick else [10, 20])
     lockstep()
+    walker_bench.main(["--quick"] if args.quick else [])
     if not args.quick:
         campaign_bench.main()
     page_check_bench.run(quick=args.quick)

@@ -18,7 +18,7 @@ from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.interp import PY
 from model.trace import Failure, Step
-from properties.abstraction import observe
+from properties.abstraction import Observation, observe
 from properties.eviction import check_evictions
 from properties.generations import GenerationLedger
 from properties.invariants import check_snapshot
@@ -109,6 +109,9 @@ class Lockstep:
     last_row: dict[int, int] = field(default_factory=dict)
     generations: GenerationLedger = field(default_factory=GenerationLedger)
     corners: list[str] = field(default_factory=list)  # the lifecycle corners the last step reached
+    # The observation of the last snapshot observed: a refusal compares the snapshot before it, which the step
+    # before observed already (a snapshot is a copy, so its observation never changes).
+    _seen: tuple[PoolSnapshot, Observation] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.target = make_target(self.config)
@@ -290,7 +293,7 @@ class Lockstep:
         self.snap = self.target.snapshot()
         if legal:
             return Failure(index, "refused-legal", op, f"the pool refused {_call(op, args)}: {reason}")
-        changes = observe(before).differences(observe(self.snap))
+        changes = self._observation(before).differences(self._observation(self.snap))
         if changes:
             return Failure(
                 index,
@@ -339,6 +342,8 @@ class Lockstep:
         return None
 
     def _judge_evictions(self, index: int, before: PoolSnapshot, evictions: list[tuple[int, int]]) -> Failure | None:
+        if not evictions and not before.tree_slots.numel():
+            return None  # nothing evicted and no tree slot before: nothing the rules could find
         problems = check_evictions(before, self.snap, evictions, self.snap.page_size)
         return Failure(index, "invariant", "eviction", "; ".join(problems)) if problems else None
 
@@ -348,10 +353,16 @@ class Lockstep:
             inv_id = violations[0][0]
             messages = [m for i, m in violations if i == inv_id]
             return Failure(index, "invariant", inv_id, "; ".join(messages))
-        diffs = self.model.observe().differences(observe(self.snap))
+        diffs = self.model.observe().differences(self._observation(self.snap))
         if diffs:
             return Failure(index, "mismatch", "abstraction", "model and pool disagree: " + "; ".join(diffs))
         return None
+
+    def _observation(self, snap: PoolSnapshot) -> Observation:
+        """`observe(snap)`, computed once per snapshot."""
+        if self._seen is None or self._seen[0] is not snap:
+            self._seen = (snap, observe(snap))
+        return self._seen[1]
 
 
 def _pool_state(target: Target, rid: int) -> dict[str, Any]:

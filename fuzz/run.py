@@ -67,10 +67,10 @@ def run(
     try:
         test()
     except StepFailed as exc:
-        path = _write_counterexample(recorder, exc, profile, seed, out_dir)
+        path, written = _write_counterexample(recorder, exc, profile, seed, out_dir)
         return RunResult(
             path,
-            str(exc),
+            str(StepFailed(written)),  # the written trace's failure: the step deletion may have moved it
             recorder.total_steps,
             recorder.cases,
             time.perf_counter() - start,
@@ -84,7 +84,7 @@ def run(
 
 def _write_counterexample(
     recorder: Recorder, exc: StepFailed, profile: Profile, seed: int | None, out_dir: Path
-) -> Path:
+) -> tuple[Path, Failure]:
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
     steps, failure = delete_steps(recorder.config, recorder.last.steps[: exc.failure.step + 1], exc.failure)
@@ -105,7 +105,7 @@ def _write_counterexample(
     name = re.sub(r"[^A-Za-z0-9_.+-]+", "_", f"{faults}-{exc.failure.id}-{digest}")  # safe to paste into a shell
     path = out_dir / f"{name}.json"
     dump(trace, path)
-    return path
+    return path, failure
 
 
 def first_failure_line(seconds: float, failure: Failure) -> str:

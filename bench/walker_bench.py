@@ -1,0 +1,223 @@
+"""The walker against the Hypothesis machine, side by side in one run on the same pools: lockstep steps per second
+and per core-hour, each as a fraction of the pool-call ceiling, and the time to first failure on every fault of
+the exam. Run from the repository root: `python -m bench.walker_bench [--quick] [--target sglang]`.
+
+The ceiling is what a step would cost if nothing but the pool's own calls took time: the lifecycle calls
+(`fuzz.lockstep.OPS`) on the target and on the differential's clones, outermost only (an admission calls the
+batch inside it), clocked in the same run as the engine they belong to. An engine's fraction of the ceiling is
+the share of its time spent in those calls; its harness overhead is everything else, per step. Both engines
+run the same amount of work on each pool, in alternating slices, so that what else the machine runs weighs on
+both alike; the CPU seconds of this process are printed beside the wall clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+from hypothesis.stateful import get_state_machine_test
+
+import fuzz.lockstep as lockstep_module
+from fuzz.machine import Recorder, build_machine
+from fuzz.mutants import score_fault
+from fuzz.profiles import POOLS, Profile
+from fuzz.targets import TARGETS, retarget
+from fuzz.walker import mutants as walker_mutants
+from fuzz.walker.walk import Walker
+from impl.faults import FAULTS
+
+BENCH_POOLS = ("chunk-p1", "chunk-p4", "radix-p4")
+SLICES = 3  # each engine's work on a pool, cut in this many slices that alternate with the other engine's
+MACHINE_CASES, STEPS_PER_CASE = 100, 30  # one machine slice: derandomized, as `make bench`'s lockstep rate
+WALK_STEPS = 1_500  # one walker seed's run; a slice walks seeds until it has taken the machine slice's steps
+EXAM_BUDGET_S = 60.0
+TARGET_RATIO = 3.0  # the walker's steps per second over the machine's, at least
+SECONDS_PER_HOUR = 3600.0
+POOL_OPS = sorted(lockstep_module.OPS - {lockstep_module.DIFFERENTIAL})
+
+
+@dataclass
+class Rate:
+    """One engine's work on one pool: steps, wall and CPU seconds, and the seconds inside the pool's calls."""
+
+    steps: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    pool_s: float = 0.0
+
+    @property
+    def per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def ceiling_per_s(self) -> float:
+        return self.steps / self.pool_s if self.pool_s else 0.0
+
+    @property
+    def harness_us(self) -> float:
+        return (self.wall_s - self.pool_s) / max(self.steps, 1) * 1e6
+
+    @property
+    def pool_us(self) -> float:
+        return self.pool_s / max(self.steps, 1) * 1e6
+
+
+@contextmanager
+def pool_clock(target_class: type, spent: list[float]) -> Iterator[None]:
+    """Clock every lifecycle call on `target_class` (and so on its clones) into `spent[0]`, outermost only."""
+    depth = [0]
+    originals = {name: getattr(target_class, name) for name in POOL_OPS if hasattr(target_class, name)}
+
+    def clocked(original: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return original(*args, **kwargs)
+            depth[0] += 1
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+                depth[0] -= 1
+
+        return call
+
+    for name, original in originals.items():
+        setattr(target_class, name, clocked(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(target_class, name, original)
+
+
+@contextmanager
+def _clocked(rate: Rate, target_class: type) -> Iterator[None]:
+    """Add the wall, CPU and pool seconds of the block to `rate`."""
+    spent = [0.0]
+    with pool_clock(target_class, spent):
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        rate.wall_s += time.perf_counter() - wall
+        rate.cpu_s += time.process_time() - cpu
+    rate.pool_s += spent[0]
+
+
+def machine_slice(config: dict[str, Any], index: int) -> int:
+    """One slice of the Hypothesis machine (derandomized, its own seed per slice); the steps it took."""
+    recorder = Recorder(config)
+    profile = Profile(f"bench-{index}", MACHINE_CASES, STEPS_PER_CASE, derandomize=True, keep_database=False)
+    with TemporaryDirectory() as db:
+        get_state_machine_test(build_machine(recorder), settings=profile.hypothesis_settings(Path(db)))()
+    return recorder.total_steps
+
+
+def walker_slice(config: dict[str, Any], first_seed: int, steps: int) -> tuple[int, int]:
+    """Walker seeds from `first_seed` until `steps` steps are taken; the steps taken and the next seed."""
+    taken, seed = 0, first_seed
+    while taken < steps:
+        taken += Walker(config, seed).run(steps=WALK_STEPS).steps
+        seed += 1
+    return taken, seed
+
+
+def throughput(pool: str, target: str, slices: int) -> tuple[Rate, Rate]:
+    """The machine's and the walker's rates on `pool`, in alternating slices of the same number of steps."""
+    config = retarget({**POOLS[pool], "faults": []}, target)
+    target_class = TARGETS[target]()
+    machine, walker, seed = Rate(), Rate(), 0
+    for index in range(slices):
+        with _clocked(machine, target_class):
+            taken = machine_slice(config, index)
+        machine.steps += taken
+        with _clocked(walker, target_class):
+            walked, seed = walker_slice(config, seed, taken)
+        walker.steps += walked
+    return machine, walker
+
+
+def _rate_line(pool: str, engine: str, rate: Rate) -> str:
+    per_core_hour = rate.per_s * SECONDS_PER_HOUR  # one process on one core
+    per_cpu_hour = rate.steps / max(rate.cpu_s, 1e-9) * SECONDS_PER_HOUR
+    fraction = rate.pool_s / rate.wall_s if rate.wall_s else 0.0
+    return (
+        f"  {pool:<9} {engine:<8} {rate.per_s:7.0f} steps/s  {per_core_hour / 1e6:5.2f} M/core-h "
+        f"({per_cpu_hour / 1e6:5.2f} M per CPU-h)  pool {rate.pool_us:5.0f} us/step, ceiling "
+        f"{rate.ceiling_per_s:6.0f} steps/s: {fraction:4.0%} of it; harness {rate.harness_us:5.0f} us/step"
+    )
+
+
+def report_throughput(target: str, slices: int, say: Callable[[str], None] = print) -> None:
+    say(
+        f"walker vs machine on the {target} target: the same steps per pool in {slices} alternating slices "
+        f"(machine: {MACHINE_CASES} cases of {STEPS_PER_CASE} steps a slice; walker: seeds of {WALK_STEPS} steps)"
+    )
+    for pool in BENCH_POOLS:
+        machine, walker = throughput(pool, target, slices)
+        say(_rate_line(pool, "machine", machine))
+        say(_rate_line(pool, "walker", walker))
+        ratio = walker.per_s / machine.per_s if machine.per_s else 0.0
+        met = "met" if ratio >= TARGET_RATIO else "not met"
+        overhead = "at most" if walker.harness_us <= walker.pool_us else "more than"
+        say(
+            f"  {pool:<9} walker/machine {ratio:4.2f}x (target {TARGET_RATIO:g}x: {met}); "
+            f"the walker's harness overhead is {overhead} its pool's call time"
+        )
+
+
+def report_exam(budget_s: float, faults: list[str], say: Callable[[str], None] = print) -> None:
+    """Time to first failure on every fault of the exam, both engines (the machine: `fuzz mutants`' ci runs)."""
+    say(f"exam: time to first failure (fuzzing time, imports excluded), budget {budget_s:g} s per fault")
+    say(f"  {'fault':<31} {'machine':>18} {'walker':>28}")
+    with TemporaryDirectory() as tmp:
+        for name in faults:
+            score = score_fault(name, budget_s, Path(tmp) / "machine")
+            # A failure seen but not shrunk within the budget still has its time to first failure.
+            seen = score.seconds is not None
+            machine = f"{_s(score.seconds)} {_n(score.final.steps)} steps" if seen else score.final.result
+            found = _walker_exam(name, budget_s, Path(tmp) / "walker")
+            say(f"  {name:<31} {machine:>18} {found:>28}")
+
+
+def _walker_exam(name: str, budget_s: float, out: Path) -> str:
+    left, spent = budget_s, 0.0
+    for pool in walker_mutants.pools_for(name):
+        found = walker_mutants.search(name, pool, left, out)
+        attempt = found.attempt
+        if attempt.result == walker_mutants.DETECTED:
+            first = spent + (attempt.first_failure_s or 0.0)
+            return f"{_s(first)} ({found.lockstep_steps} lockstep) {_n(attempt.steps)} steps"
+        spent += attempt.wall_s
+        left -= attempt.wall_s
+        if left <= 0:
+            break
+    return "missed"
+
+
+def _s(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds:6.2f} s"
+
+
+def _n(steps: int | None) -> str:
+    return "–" if steps is None else str(steps)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.walker_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="one slice per pool, and no exam")
+    parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="the pool the engines step")
+    parser.add_argument("--exam-budget", type=float, default=EXAM_BUDGET_S, metavar="SECONDS", help="per fault")
+    args = parser.parse_args(argv)
+    report_throughput(args.target, 1 if args.quick else SLICES)
+    if not args.quick and args.target == "reference":
+        report_exam(args.exam_budget, list(FAULTS))
+
+
+if __name__ == "__main__":
+    main()
