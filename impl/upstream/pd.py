@@ -6,7 +6,8 @@ cache controller), so each runs on a bare instance (`object.__new__`) given only
 pools, the allocator, the tree and a small `scheduler` stand-in. No transfer happens; it is taken to succeed.
 
 - `pd_prealloc` is `DecodePreallocQueue._pre_alloc` without a prefix hit (a row, then slots for the transferred
-  prompt: `C = A = fill`), then `ScheduleBatch.prepare_for_prebuilt`, whose batch the first decode continues. On a
+  prompt: `C = A = fill`; on a radix tree the request's `last_node` is the root, as the queue's prefix match
+  leaves it with no hit), then `ScheduleBatch.prepare_for_prebuilt`, whose batch the first decode continues. On a
   radix tree the decode side runs with its radix cache on (`disaggregation_decode_enable_radix_cache`), so a
   pre-allocation short of free slots evicts the tree for them. The prebuilt batch's result pass
   (`process_prebuilt`, which stashes the prompt into the tree) is left out: the model's pre-allocation inserts
@@ -69,6 +70,15 @@ def _decode_radix_cache(on: bool) -> Iterator[None]:
         yield
 
 
+def _bind_root(req: Any, cache: Any) -> None:
+    """What the decode queue's prefix match (`_match_prefix_and_lock`) leaves on a request with no hit: its
+    `last_node` is the tree's root (locking the root is a no-op)."""
+    if hasattr(cache, "root_node_handle"):  # 0.5.23's unified tree
+        req.last_node = cache.root_node_handle(req.extra_key)
+    else:
+        req.last_node = cache.root_node
+
+
 def pd_prealloc(pool: SglangPool, rid: int, fill_len: int, family: int) -> int:
     """Pre-allocate a transferred request of `fill_len` prompt tokens; refused as the reference refuses it
     (a known id, a length outside the row, no free row or slots). Returns its row."""
@@ -81,7 +91,10 @@ def pd_prealloc(pool: SglangPool, rid: int, fill_len: int, family: int) -> int:
     req, queue = entry.req, _prealloc_queue(pool)
     # The prefill side sent the prompt; this harness appends each output when its KV is computed, so no output
     # is pending and `_pre_alloc_fill_len` is the prompt's length.
-    with _decode_radix_cache(pool.config.cache == "radix"):
+    radix = pool.config.cache == "radix"
+    if radix:
+        _bind_root(req, pool.cache)
+    with _decode_radix_cache(radix):
         pool._upstream(lambda: queue._pre_alloc(req))
     batch = pool.dialect.new_batch([req], pool.req_to_token_pool, pool.allocator, pool.cache)
     pool._upstream(batch.prepare_for_prebuilt)  # it asserts the row holds the prompt the transfer fills
