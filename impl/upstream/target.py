@@ -349,6 +349,7 @@ class SglangPool(SchedulerGlue[_Request]):
             evictable_recount=tree.evictable_recount,
             protected_recount=tree.protected_recount,
             tree_problem=tree.problem,
+            allocator_problem=self.dialect.allocator_problem(self.allocator),
             group_open=group_open,
             pending_pages=pending,
             req_to_token=pool.req_to_token.clone(),
