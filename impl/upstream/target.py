@@ -14,6 +14,8 @@ pass's free group and the request status. An upstream assert on a call becomes `
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -115,6 +117,9 @@ class SglangPool(SchedulerGlue[_Request]):
         self.config = config
         self.dialect: Dialect = load_dialect()
         self.version = self.dialect.version
+        # The allocation paths log their out-of-memory refusal as an error before they raise it; the refusal's
+        # first line travels in the Refused reason, and the lockstep judges it.
+        logging.getLogger("sglang.srt.mem_cache.allocation").setLevel(logging.CRITICAL)
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
         self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
         kernels = config.kernel_backend == "triton"
@@ -399,7 +404,8 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _upstream(self, call: Callable[[], object]) -> None:
         try:
-            call()
+            with contextlib.redirect_stdout(io.StringIO()):  # an out-of-memory refusal prints the whole tree
+                call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}") from exc
         except RuntimeError as exc:
