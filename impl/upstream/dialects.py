@@ -131,6 +131,15 @@ class Dialect(abc.ABC):
         pending = torch.cat(pages).to(torch.int64) if pages and is_open else torch.empty(0, dtype=torch.int64)
         return is_open, pending
 
+    def allocator_problem(self, allocator: Any) -> str | None:
+        """Where the allocator keeps a counter beside a list (`num_staged_pages` beside `staged_pages`, which
+        `available_size` reads), the two disagreeing; None when they agree or there is no such counter."""
+        counted, staged = getattr(allocator, "num_staged_pages", None), getattr(allocator, "staged_pages", None)
+        if counted is None or not isinstance(staged, list):
+            return None
+        listed = sum(int(pages.numel()) for pages in staged)
+        return None if counted == listed else f"num_staged_pages {counted}, staged_pages hold {listed} pages"
+
     def release_slots(self, allocator: Any) -> torch.Tensor:
         """The freed pages waiting for a merge under `need_sort` (`release_pages`), oldest first."""
         pages = allocator.release_pages

@@ -14,6 +14,8 @@ pass's free group and the request status. An upstream assert on a call becomes `
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -124,6 +126,9 @@ class SglangPool(SchedulerGlue[_Request]):
         self.config = config
         self.dialect: Dialect = load_dialect(config.device)
         self.version = self.dialect.version
+        # The allocation paths log their out-of-memory refusal as an error before they raise it; the refusal's
+        # first line travels in the Refused reason, and the lockstep judges it.
+        logging.getLogger("sglang.srt.mem_cache.allocation").setLevel(logging.CRITICAL)
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
         if config.row_pool == "decode":
             self.req_to_token_pool = pd.new_decode_pool(config)
@@ -372,6 +377,7 @@ class SglangPool(SchedulerGlue[_Request]):
             evictable_recount=tree.evictable_recount,
             protected_recount=tree.protected_recount,
             tree_problem=tree.problem,
+            allocator_problem=self.dialect.allocator_problem(self.allocator),
             group_open=group_open,
             pending_pages=pending,
             req_to_token=pool.req_to_token.clone(),
@@ -421,7 +427,8 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _upstream(self, call: Callable[[], object]) -> None:
         try:
-            call()
+            with contextlib.redirect_stdout(io.StringIO()):  # an out-of-memory refusal prints the whole tree
+                call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}") from exc
         except RuntimeError as exc:
