@@ -120,8 +120,10 @@ def test_prealloc_with_speculative_decoding_then_offload_release_frees_the_tail(
 
 
 def _known_ops() -> frozenset[str]:
+    """The ops this version's known findings drop, but the offload release: the finding that drops it
+    (`offload-release-protected-drift`) needs a tree, and pd-p1 runs the chunk cache (the clean run checks it)."""
     findings = load_findings(ROOT / "upstream" / "findings.json")
-    return frozenset(op for f in findings if VERSION in f.versions for op in f.fuzz_exclude)
+    return frozenset(op for f in findings if VERSION in f.versions for op in f.fuzz_exclude) - {"offload_release"}
 
 
 def _plant_fill_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
