@@ -70,6 +70,11 @@ def installed_version() -> str:
 SERVER_ARGS = {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
 
 
+def _kept(value: Any) -> Any:
+    """What a refused extend puts back: a copy of a list, dict or set, else the object itself."""
+    return copy.copy(value) if isinstance(value, list | dict | set) else value
+
+
 class Dialect(abc.ABC):
     """The calls both versions share; subclasses add what differs (record fields, stash, release, cache)."""
 
@@ -189,7 +194,9 @@ class Dialect(abc.ABC):
     def save_request(self, req: Any, cache: Any) -> Callable[[], None]:
         """A closure that puts back what an extend's glue wrote before upstream allocated (the request's fields,
         and the lock its fresh match took), for an extend refused there."""
-        saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
+        # Containers are copied (the glue extends them in place); anything else is kept by reference: a copied
+        # tree node would put a stranger back as the request's `last_node`, and its unlock would miss the tree.
+        saved = {name: _kept(getattr(req, name)) for name in self.glue_fields}
         protected_len, handle = self.protected_len(req), self.lock_handle(req)
 
         def restore() -> None:
