@@ -18,6 +18,16 @@ POOLS: dict[str, dict[str, Any]] = {
     "chunk-p4": {**_SMALL, "page_size": 4, "cache": "chunk", "speculative": False},
     "radix-p1": {**_SMALL, "page_size": 1, "cache": "radix", "speculative": False, "evict_on_demand": True},
     "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
+    # The PD decode side of an EAGLE server: two running rows and two pre-allocation rows (DecodeReqToTokenPool).
+    "pd-p1": {
+        **_SMALL,
+        "rows": 2,
+        "row_pool": "decode",
+        "pre_alloc_size": 2,
+        "page_size": 1,
+        "cache": "chunk",
+        "speculative": True,
+    },
 }
 TARGET_NAMES = ("reference", "sglang")  # `--target` replaces a pool's target; the shapes are the same
 DEFAULT_POOL = POOLS["chunk-p1"]
@@ -67,8 +77,11 @@ def describe_pool(name: str, config: dict[str, Any]) -> str:
     cache = f"{config['cache']} cache ({eviction})" if config["cache"] == "radix" else f"{config['cache']} cache"
     if config["cache"] == "radix" and config.get("target") == "sglang":
         cache += f", {config.get('tree_core', 'rust')} tree core where the version has cores"
+    rows = f"{config['rows']} rows"
+    if config.get("row_pool") == "decode":
+        rows = f"{config['rows']} + {config.get('pre_alloc_size', 0)} pre-allocation rows (DecodeReqToTokenPool)"
     line = (
-        f"pool {name}: {config['rows']} rows, {config['tokens']} slots, width {config['width']}, "
+        f"pool {name}: {rows}, {config['tokens']} slots, width {config['width']}, "
         f"page size {config['page_size']}, {cache}, speculative {config['speculative']}, {config['device']}"
     )
     if POOLS.get(name, {}).get("speculative") and not config["speculative"]:

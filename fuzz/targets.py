@@ -29,6 +29,8 @@ POOL_KEYS = (
     "need_sort",
     "evict_on_demand",
     "tree_core",
+    "row_pool",
+    "pre_alloc_size",
 )
 SGLANG_VENVS = ".venv-sglang-VERSION/bin/python, VERSION of upstream/releases.txt"
 
@@ -52,7 +54,7 @@ def pool_config(config: dict[str, Any]) -> PoolConfig:
 
 def model_sizes(config: dict[str, Any]) -> Sizes:
     return Sizes(
-        config["rows"],
+        config["rows"] + config.get("pre_alloc_size", 0),  # the model does not tell pre-allocation rows apart
         config["tokens"],
         config["width"],
         config.get("page_size", 1),
@@ -88,11 +90,8 @@ def target_problem(config: dict[str, Any]) -> str | None:
 def retarget(config: dict[str, Any], target: str) -> dict[str, Any]:
     """The config on `target`. A paged pool on the upstream target runs upstream's naive torch path where the
     installed sglang has one, and its Triton kernels (interpreted on CPU) where it has none: the pool
-    shapes name the torch backend, which only the reference honours at every version. On the upstream target a
-    speculative shape runs without its speculative steps."""
+    shapes name the torch backend, which only the reference honours at every version."""
     moved = {**config, "target": target}
-    if target == "sglang" and moved.get("speculative"):
-        moved["speculative"] = False  # the upstream target does not drive speculative decoding yet
     if target != "sglang" or config.get("kernel_backend", "torch") != "torch":
         return moved
     if target_problem(moved) is None:

@@ -240,6 +240,24 @@ def known(findings: list[Finding], failure: Failure | None, version: str, trace:
     return next((f for f in findings if f.matches(failure, version)), None)
 
 
+def known_still_drawn(
+    findings: list[Finding], failure: Failure | None, version: str, exclude: frozenset[str], trace: Trace | None = None
+) -> Finding | None:
+    """The finding `failure` on `version` is whose ops the run still draws, or None: two findings can fail alike
+    (the same kind and id, from different ops), and one the run already dropped cannot explain it. With the
+    `trace` that failed, a finding's symptoms count too."""
+    return next(
+        (
+            f
+            for f in findings
+            if (f.shows_in(failure, version, trace) if trace is not None else f.matches(failure, version))
+            and f.fuzz_exclude
+            and not f.fuzz_exclude <= exclude
+        ),
+        None,
+    )
+
+
 def upstream_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config on the upstream target, without faults (they exist only in the reference pool); a paged pool
     runs upstream's Triton kernels (interpreted) where the version has no naive torch path."""
@@ -401,8 +419,8 @@ def fuzz_pool(
                 return
             continue
         trace = load(result.counterexample)
-        finding = known(findings, trace.failure, version, trace)
-        if finding is None or not finding.fuzz_exclude or finding.fuzz_exclude <= exclude:
+        finding = known_still_drawn(findings, trace.failure, version, exclude, trace)
+        if finding is None:
             report.mismatch(f"{name}: {result.failure_text} ({result.counterexample})")
             return
         report.say(f"    known {finding.id} ({result.counterexample}); again without {', '.join(finding.fuzz_exclude)}")

@@ -135,6 +135,7 @@ class PoolSnapshot:
     evictable_recount: int = 0
     protected_recount: int = 0
     tree_problem: str | None = None
+    allocator_problem: str | None = None  # the allocator's own counters against its lists, where it keeps any
     group_open: bool = False
     pending_pages: torch.Tensor = field(default_factory=_empty)
     req_to_token: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 0), dtype=torch.int32))

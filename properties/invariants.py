@@ -434,6 +434,10 @@ def _tree_counters_check(snap: SnapshotLike) -> list[str]:
     return []
 
 
+def _allocator_counters(snap: SnapshotLike) -> list[str]:
+    return [] if snap.allocator_problem is None else [f"the allocator's counters disagree: {snap.allocator_problem}"]
+
+
 def _tree_own_check(snap: SnapshotLike) -> list[str]:
     return [] if snap.tree_problem is None else [f"the tree's own consistency check fails: {snap.tree_problem}"]
 
@@ -589,6 +593,14 @@ INVARIANTS: tuple[Invariant, ...] = (
         (),
         _free_group,
         _free_group_check,
+    ),
+    Invariant(
+        "allocator-counters",
+        "the allocator's own counters agree with the lists they count (0.5.23's num_staged_pages, which "
+        "available_size adds to the free pages, against its staged_pages)",
+        (),
+        None,
+        _allocator_counters,
     ),
     Invariant(
         "tree-own-check",

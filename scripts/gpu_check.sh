@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA device: the gpu-marked tests, then timings of the compiled Triton kernels
-# (the paged allocator's extend/decode kernels against their torch path, and the page-ownership check).
+# The checks that need a CUDA device: the gpu-marked tests, timings of the compiled Triton kernels (the paged
+# allocator's extend/decode kernels against their torch path), the upstream target on CUDA for both pinned
+# sglang versions (its gpu-marked tests and the lockstep on every shape), and the page-ownership check.
 # Exit status: 0 all passed; pytest's status when a test failed; 3 when no CUDA device is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,43 @@ for page_size in (4, 16, 64):
             print(f"  alloc_{kind:6} page {page_size:2} batch {batch_size:4}: {times}  same output: {same}")
             assert same, "the compiled kernel and the torch path disagree"
 PYTHON
+
+# The upstream target on CUDA, for each pinned version: its gpu-marked tests (each shape's lockstep in a child
+# process without TRITON_INTERPRET), then the lockstep `ci` profile on every shape it supports, bounded to
+# GPU_CASES test cases per pass (known findings drop their ops and the run goes on, as in `make verify-sglang`).
+GPU_CASES=${GPU_CASES:-100}
+for venv in ${SGLANG_VENVS:-.venv-sglang-0.5.23 .venv-sglang-0.5.18}; do
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "gpu-check: $venv is missing; build it with make sglang-setup" >&2
+        exit 1
+    fi
+    echo "gpu-check: upstream target on CUDA, $venv: gpu-marked tests"
+    "$venv/bin/python" -W ignore::UserWarning -m pytest -m gpu -o addopts="" -q -rs tests/upstream
+    echo "gpu-check: upstream target on CUDA, $venv: lockstep, $GPU_CASES cases per pass"
+    GPU_CASES=$GPU_CASES "$venv/bin/python" -W ignore::UserWarning - <<'PYTHON'
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from fuzz.targets import target_problem
+from fuzz.upstream_verify import ROOT, Report, fuzz_pool, load_findings, upstream_pools
+from impl.upstream.dialects import installed_version
+
+report, version = Report(), installed_version()
+findings = load_findings(ROOT / "upstream" / "findings.json")
+out = Path(tempfile.mkdtemp(prefix="kvlife-gpu-"))
+for name, config in upstream_pools().items():
+    on_cuda = {**config, "device": "cuda", "kernel_backend": "triton"}
+    problem = target_problem(on_cuda)
+    if problem:
+        report.mismatch(f"{name}: cannot run on CUDA: {problem}")
+        continue
+    fuzz_pool(name, on_cuda, findings, version, out / name, report, cases=int(os.environ["GPU_CASES"]))
+print(f"gpu-check: sglang {version} on CUDA: {len(report.problems)} mismatches (counterexamples under {out})")
+sys.exit(1 if report.problems else 0)
+PYTHON
+done
 
 if [ -f bench/page_check_bench.py ]; then
     echo "gpu-check: page-ownership check"

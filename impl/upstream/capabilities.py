@@ -566,14 +566,15 @@ def installed_version() -> str | None:
 
 
 @functools.cache
-def probe() -> Capabilities:
-    """Every capability of the installed sglang, probed once per process (all absent where there is no sglang)."""
+def probe(device: str = "cpu") -> Capabilities:
+    """Every capability of the installed sglang, probed once per process (all absent where there is no sglang).
+    Importing sglang fixes Triton's mode, so the probe prepares the import for `device` (cpu: the interpreter)."""
     version = installed_version()
     if version is None or importlib.util.find_spec("sglang") is None:
         return Capabilities()
     from impl.upstream.compat import prepare_sglang_import
 
-    prepare_sglang_import()  # the torchvision stand-in first, or sglang's modules do not import
+    prepare_sglang_import(device)  # the torchvision stand-in first, or sglang's modules do not import
     up = Upstream()
     answers = {f.name: _answer(f, up) for f in dataclasses.fields(Capabilities) if f.name != "version"}
     return Capabilities(version=version, **answers)

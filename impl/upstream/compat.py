@@ -91,15 +91,16 @@ def repair_auto_image_processor() -> bool:
     return True
 
 
-def interpret_triton() -> None:
-    """Set `TRITON_INTERPRET=1` so that sglang's kernels (the paged allocator's `alloc_extend_kernel` and
-    `alloc_decode_kernel`) run interpreted on CPU tensors; raises `TritonModeError` when Triton was already
-    configured for compiled kernels in this process."""
-    prepare_triton("cpu")
+def interpret_triton(device: str = "cpu") -> None:
+    """On CPU set `TRITON_INTERPRET=1` so that sglang's kernels (the paged allocator's `alloc_extend_kernel` and
+    `alloc_decode_kernel`) run interpreted on CPU tensors; on CUDA leave it unset, so they compile. Raises
+    `TritonModeError` when Triton was already configured for the other mode in this process (a CPU run's
+    interpreter never reaches a CUDA run: the modes cannot share a process)."""
+    prepare_triton(device)
 
 
-def prepare_sglang_import() -> None:
-    """Everything that must happen before the first `import sglang` in a CPU-only venv."""
-    interpret_triton()
+def prepare_sglang_import(device: str = "cpu") -> None:
+    """Everything that must happen before the first `import sglang` in a venv without torchvision."""
+    interpret_triton(device)
     install_torchvision_stub()
     repair_auto_image_processor()

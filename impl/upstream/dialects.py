@@ -47,9 +47,10 @@ class UnsupportedUpstream(RuntimeError):
     """sglang is not installed here, or lacks a capability the adapter needs."""
 
 
-def capabilities() -> Capabilities:
-    """The installed sglang's capabilities, probed once per process (all absent where there is none)."""
-    return probe()
+def capabilities(device: str = "cpu") -> Capabilities:
+    """The installed sglang's capabilities, probed once per process (all absent where there is none); the probe
+    imports sglang, which fixes Triton's mode for `device` (a process runs one device)."""
+    return probe(device)
 
 
 def unsupported_reason(caps: Capabilities | None = None) -> str | None:
@@ -60,9 +61,9 @@ def unsupported_reason(caps: Capabilities | None = None) -> str | None:
     return missing(ADAPTER_NEEDS, caps)
 
 
-def supported_version() -> str:
+def supported_version(device: str = "cpu") -> str:
     """The installed sglang's version, once its capabilities meet the adapter's needs (else `UnsupportedUpstream`)."""
-    caps = capabilities()
+    caps = capabilities(device)
     problem = unsupported_reason(caps)
     if problem:
         raise UnsupportedUpstream(problem)
@@ -75,10 +76,10 @@ def tree_cores() -> tuple[str, ...]:
     return capabilities().tree_cores
 
 
-def paged_naive_path() -> bool:
+def paged_naive_path(device: str = "cpu") -> bool:
     """Whether the paged allocator has a naive torch path beside its Triton kernels (True without sglang: the
     check is then left to `load_dialect`)."""
-    caps = capabilities()
+    caps = capabilities(device)
     return caps.version is None or caps.paged_kernels_attr
 
 
@@ -87,16 +88,22 @@ def paged_naive_path() -> bool:
 SERVER_ARGS = {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
 
 
+def _kept(value: Any) -> Any:
+    """What a refused extend puts back: a copy of a list, dict or set, else the object itself."""
+    return copy.copy(value) if isinstance(value, list | dict | set) else value
+
+
 class Dialect:
     """The installed sglang's calls, each spelled as its capabilities say."""
 
-    def __init__(self, caps: Capabilities) -> None:
+    def __init__(self, caps: Capabilities, device: str = "cpu") -> None:
         self.caps = caps
         self.version = caps.version or ""
+        self.device = device  # every pool, allocator and published config of this process lives there
         # Whether the paged allocator checks its free pages before it launches its kernel (else a short
         # allocation reads past the free list: a segfault under the interpreter, found by the component lockstep).
         self.paged_checks_before_kernel = caps.paged_checks_before_kernel
-        prepare_sglang_import()
+        prepare_sglang_import(device)
         from sglang.srt.managers import schedule_batch
         from sglang.srt.mem_cache import allocator, common, memory_pool
         from sglang.srt.runtime_context import publish
@@ -110,7 +117,7 @@ class Dialect:
         self.common = common
         self.sampling_params = SamplingParams
         self.no_speculation = SpeculativeAlgorithm.NONE
-        self.server_args = ServerArgs(**SERVER_ARGS)
+        self.server_args = ServerArgs(**{**SERVER_ARGS, "device": device})
         publish(self.server_args, role="scheduler")
         # The request fields the extend glue and `init_next_round_input` write before `prepare_for_extend` can
         # refuse.
@@ -125,15 +132,16 @@ class Dialect:
         )
 
     def new_pool(self, rows: int, width: int) -> Any:
-        return self.memory_pool.ReqToTokenPool(rows, width, device="cpu", enable_memory_saver=False)
+        return self.memory_pool.ReqToTokenPool(rows, width, device=self.device, enable_memory_saver=False)
 
     def new_allocator(self, tokens: int, need_sort: bool, page_size: int = 1, kernels: bool = False) -> Any:
         """`TokenToKVPoolAllocator` for page size 1, else `PagedTokenToKVPoolAllocator` whose extend and decode
         slot math runs upstream's Triton kernels (`kernels`) or its naive torch path."""
         # dtype and kvcache only size the KV buffers, which the allocator itself never touches.
         if page_size == 1:
-            return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, "cpu", None, need_sort)
-        paged = self.allocator.PagedTokenToKVPoolAllocator(tokens, page_size, torch.float16, "cpu", None, need_sort)
+            return self.allocator.TokenToKVPoolAllocator(tokens, torch.float16, self.device, None, need_sort)
+        paged_class = self.allocator.PagedTokenToKVPoolAllocator
+        paged = paged_class(tokens, page_size, torch.float16, self.device, None, need_sort)
         self.select_kernels(paged, kernels)
         return paged
 
@@ -167,6 +175,15 @@ class Dialect:
             pages += [reps // ps for reps in getattr(allocator, "free_page_reps_group", [])]  # slot representatives
         pending = torch.cat(pages).to(torch.int64) if pages and is_open else torch.empty(0, dtype=torch.int64)
         return is_open, pending
+
+    def allocator_problem(self, allocator: Any) -> str | None:
+        """Where the allocator keeps a counter beside a list (`num_staged_pages` beside `staged_pages`, which
+        `available_size` reads), the two disagreeing; None when they agree or there is no such counter."""
+        counted, staged = getattr(allocator, "num_staged_pages", None), getattr(allocator, "staged_pages", None)
+        if counted is None or not isinstance(staged, list):
+            return None
+        listed = sum(int(pages.numel()) for pages in staged)
+        return None if counted == listed else f"num_staged_pages {counted}, staged_pages hold {listed} pages"
 
     def release_slots(self, allocator: Any) -> torch.Tensor:
         """The freed pages waiting for a merge under `need_sort`, oldest first: the `release_pages` tensor, or
@@ -223,7 +240,9 @@ class Dialect:
     def save_request(self, req: Any, cache: Any) -> Callable[[], None]:
         """A closure that puts back what an extend's glue wrote before upstream allocated (the request's fields,
         and the lock its fresh match took), for an extend refused there."""
-        saved = {name: copy.copy(getattr(req, name)) for name in self.glue_fields}
+        # Containers are copied (the glue extends them in place); anything else is kept by reference: a copied
+        # tree node would put a stranger back as the request's `last_node`, and its unlock would miss the tree.
+        saved = {name: _kept(getattr(req, name)) for name in self.glue_fields}
         saved[LOCK_KEPT] = getattr(req, LOCK_KEPT, False)
         protected_len, locks = self.protected_len(req), getattr(req, GLUE_LOCKS, 0)
 
@@ -340,6 +359,13 @@ class Dialect:
         """The record's `kv_committed_len`."""
         return req.kv.kv_committed_len if self.caps.record_in_kv else req.kv_committed_len
 
+    def set_committed_len(self, req: Any, length: int) -> None:
+        """Write `kv_committed_len`, as the result processor does for a speculative verify's accepted tokens."""
+        if self.caps.record_in_kv:
+            req.kv.kv_committed_len = length
+        else:
+            req.kv_committed_len = length
+
     def protected_len(self, req: Any) -> int:
         """The record's `cache_protected_len`."""
         return req.kv.cache_protected_len if self.caps.record_in_kv else req.cache_protected_len
@@ -361,10 +387,7 @@ class Dialect:
             req.kv.kv_allocated_len = length
         else:
             req.kv = self.schedule_batch.ReqKvInfo(kv_allocated_len=length, swa_evicted_seqlen=0)
-        if self.caps.record_in_kv:
-            req.kv.kv_committed_len = length
-        else:
-            req.kv_committed_len = length
+        self.set_committed_len(req, length)
 
     def release_record(self, req: Any) -> None:
         """Mark the record released as release does: `mark_kv_released`, or drop `req.kv`."""
@@ -376,10 +399,7 @@ class Dialect:
     def make_stale(self, req: Any, row: int, committed_len: int) -> None:
         """A released record that still names `row`, as a release that skipped `ReqToTokenPool.free` leaves it."""
         self.set_row(req, row)
-        if self.caps.record_in_kv:
-            req.kv.kv_committed_len = committed_len
-        else:
-            req.kv_committed_len = committed_len
+        self.set_committed_len(req, committed_len)
         self.release_record(req)
 
     def prefix_len(self, req: Any) -> int:
@@ -501,7 +521,8 @@ def _model_config() -> types.SimpleNamespace:
 
 
 @functools.cache
-def load_dialect() -> Dialect:
-    """Import the installed sglang (once per process) and return the dialect that speaks it."""
-    supported_version()
-    return Dialect(capabilities())
+def load_dialect(device: str = "cpu") -> Dialect:
+    """Import the installed sglang (once per process) and return the dialect that speaks it on `device`; a
+    process runs one device (Triton's mode is fixed at import: `impl.triton_env.TritonModeError` otherwise)."""
+    supported_version(device)
+    return Dialect(capabilities(device), device)

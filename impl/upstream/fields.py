@@ -179,9 +179,9 @@ PAGED_ALLOCATOR: dict[str, Entry] = {
     "free_page_ids_group": GROUP,
     "free_page_reps_group": GROUP,
     "num_pages": configured("PoolConfig.tokens // page_size; PoolSnapshot.num_pages reads the config's"),
-    "num_staged_pages": not_read(
-        "the count of staged pages that available_size() adds to the free pages; admission reads it through "
-        "available_size, yet nothing compares it with staged_pages, so a drift only shows as a refusal that differs"
+    "num_staged_pages": observed(
+        "PoolSnapshot.allocator_problem -> allocator-counters (against staged_pages; available_size adds it to "
+        "the free pages)"
     ),
     "staged_pages": RELEASE_PAGES,
     "use_triton_kernels": configured("PoolConfig.kernel_backend == 'triton' (Dialect.select_kernels)"),

@@ -14,14 +14,19 @@ pass's free group and the request status. An upstream assert on a call becomes `
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+import torch
 
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from impl.upstream import pd, spec
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
@@ -44,25 +49,25 @@ class _Request:
 
 def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
     """Why the upstream target cannot build this pool, or None. Reads the installed sglang's capabilities (probed
-    once per process); without sglang the check of its API is left to `load_dialect`."""
-    naive = config.page_size == 1 or config.kernel_backend == "triton" or paged_naive_path()
+    once per process, for the config's device) only once every other check passed; without sglang the check of
+    its API is left to `load_dialect`."""
     checks = [
         (not faults.names, f"faults are not supported on the upstream target (asked for {', '.join(faults.sorted())})"),
-        (config.device == "cpu", f"the upstream target runs on 'cpu' only, got {config.device!r}"),
+        (
+            config.device == "cpu" or (config.device == "cuda" and torch.cuda.is_available()),
+            f"the upstream target runs on 'cpu', or on 'cuda' where a CUDA device is present; got {config.device!r}",
+        ),
         (
             config.kernel_backend in KERNEL_BACKENDS,
             f"the upstream target has no {config.kernel_backend!r} kernel backend; use one of {KERNEL_BACKENDS}",
         ),
-        (not config.speculative, "the upstream target does not drive speculative decoding"),
-        (config.row_pool == "req", f"the upstream target drives ReqToTokenPool only, got {config.row_pool!r}"),
-        # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
-        (
-            naive,
-            f"sglang {capabilities().version}'s paged allocator always launches its Triton kernels; "
-            "use kernel_backend 'triton'",
-        ),
     ]
-    return next((message for ok, message in checks if not ok), None)
+    problem = next((message for ok, message in checks if not ok), None)
+    if problem or config.page_size == 1 or config.kernel_backend == "triton" or paged_naive_path(config.device):
+        return problem
+    # Last: `fuzz.targets.retarget` switches to Triton when this is the only problem.
+    version = capabilities(config.device).version
+    return f"sglang {version}'s paged allocator always launches its Triton kernels; use kernel_backend 'triton'"
 
 
 def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -74,7 +79,8 @@ def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
             self._calls.append((method.__name__, args, kwargs))
         self._depth += 1
         try:
-            return method(self, *args, **kwargs)
+            with spec.overrides(self.config):  # a speculative pool's every call sees the EAGLE config
+                return method(self, *args, **kwargs)
         finally:
             self._depth -= 1
 
@@ -93,6 +99,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "extend",
             "decode",
             "batch",
+            "spec_prepare",
+            "spec_commit",
             "finish",
             "pp_release",
             "pp_release_manual",
@@ -100,6 +108,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "abort",
             "evict",
             "flush",
+            "pd_prealloc",
+            "offload_release",
             "group_begin",
             "group_end",
             "reuse_released",
@@ -113,10 +123,16 @@ class SglangPool(SchedulerGlue[_Request]):
         if problem:
             raise ValueError(problem)
         self.config = config
-        self.dialect: Dialect = load_dialect()
+        self.dialect: Dialect = load_dialect(config.device)
         self.version = self.dialect.version
+        # The allocation paths log their out-of-memory refusal as an error before they raise it; the refusal's
+        # first line travels in the Refused reason, and the lockstep judges it.
+        logging.getLogger("sglang.srt.mem_cache.allocation").setLevel(logging.CRITICAL)
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
-        self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
+        if config.row_pool == "decode":
+            self.req_to_token_pool = pd.new_decode_pool(config)
+        else:
+            self.req_to_token_pool = self.dialect.new_pool(config.rows, config.width)
         kernels = config.kernel_backend == "triton"
         self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort, config.page_size, kernels)
         self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config)
@@ -172,11 +188,16 @@ class SglangPool(SchedulerGlue[_Request]):
             self.allocator.free_group_end()
         return [int(self.dialect.row(self._get(rid).req) or 0) for rid in plan.rids]
 
+    @_logged
     def spec_prepare(self, rid: int, reserve: int) -> None:
-        raise Refused("the upstream target does not drive speculative decoding")
+        """Speculative prepare: `A = max(A, ceil_align(C + reserve))` through upstream's EAGLE prepare
+        (`impl.upstream.spec`)."""
+        spec.spec_prepare(self, rid, reserve)
 
+    @_logged
     def spec_commit(self, rid: int, accepted: int) -> None:
-        raise Refused("the upstream target does not drive speculative decoding")
+        """Speculative verify result: `C += accepted`, the accepted tokens appended."""
+        spec.spec_commit(self, rid, accepted)
 
     # -- release ---------------------------------------------------------------------------------------------
 
@@ -241,8 +262,10 @@ class SglangPool(SchedulerGlue[_Request]):
             raise
         self._retire(entry)
 
+    @_logged
     def offload_release(self, rid: int, sentinel: int = 0) -> None:
-        raise Refused("the upstream target does not drive the decode-offload release")
+        """The decode-offload release of a finished request, behind its raw-row guard (`impl.upstream.pd`)."""
+        pd.offload_release(self, rid, sentinel)
 
     # -- pool maintenance --------------------------------------------------------------------------------
 
@@ -270,8 +293,10 @@ class SglangPool(SchedulerGlue[_Request]):
         self._check_idle()
         self.dialect.flush(self.req_to_token_pool, self.allocator, self.cache)
 
+    @_logged
     def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int:
-        raise Refused("the upstream target does not drive PD-decode pre-allocation")
+        """PD-decode pre-allocation through `DecodePreallocQueue._pre_alloc` (`impl.upstream.pd`)."""
+        return pd.pd_prealloc(self, rid, fill_len, family)
 
     # -- calls the contract forbids (the harness's negative steps) ---------------------------------------
 
@@ -321,16 +346,17 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def snapshot(self) -> PoolSnapshot:
         pool = self.req_to_token_pool
+        rows_total = pool.req_to_token.shape[0] - 1  # a decode pool's pre-allocation rows are rows too
         records = {rid: self._view(e) for rid, e in self.reqs.items()}
         row_slots = {
             rid: pool.req_to_token[view.row, : view.allocated_len].tolist()
             for rid, view in records.items()
-            if view.row is not None and 1 <= view.row <= pool.size
+            if view.row is not None and 1 <= view.row <= rows_total
         }
         tree = self.dialect.tree_view(self.cache)
         group_open, pending = self.dialect.free_group(self.allocator)
         return PoolSnapshot(
-            rows_total=pool.size,
+            rows_total=rows_total,
             width=pool.max_context_len,
             tokens_total=self.allocator.size,
             page_size=self.allocator.page_size,
@@ -343,12 +369,14 @@ class SglangPool(SchedulerGlue[_Request]):
             evictable_size=self.cache.evictable_size(),
             protected_size=self.cache.protected_size(),
             cache=self.config.cache,
+            speculative=self.config.speculative,
             num_pages=self.config.tokens // self.config.page_size,
             tree_slots=tree.slots,
             evictable_slots=tree.evictable_slots,
             evictable_recount=tree.evictable_recount,
             protected_recount=tree.protected_recount,
             tree_problem=tree.problem,
+            allocator_problem=self.dialect.allocator_problem(self.allocator),
             group_open=group_open,
             pending_pages=pending,
             req_to_token=pool.req_to_token.clone(),
@@ -398,7 +426,8 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _upstream(self, call: Callable[[], object]) -> None:
         try:
-            call()
+            with contextlib.redirect_stdout(io.StringIO()):  # an out-of-memory refusal prints the whole tree
+                call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}") from exc
         except RuntimeError as exc:

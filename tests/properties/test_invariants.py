@@ -162,6 +162,9 @@ PLANTED: dict[str, Planted] = {
     "tree-lock-holders": Planted(
         "radix", lambda s: dataclasses.replace(s, protected_recount=s.protected_recount + 4), None
     ),
+    "allocator-counters": Planted(
+        "chunk", lambda s: dataclasses.replace(s, allocator_problem="num_staged_pages 2, staged_pages hold 1"), None
+    ),
     "tree-own-check": Planted(
         "radix", lambda s: dataclasses.replace(s, tree_problem="AssertionError: evictable leaf set differs"), None
     ),

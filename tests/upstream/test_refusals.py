@@ -5,6 +5,7 @@ in-process to take slots before it refuses is caught by the lockstep."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ if importlib.util.find_spec("sglang") is None:
 from fuzz.components.contract import AllocContract, contract_for
 from fuzz.components.search import target_key
 from fuzz.lockstep import Lockstep
+from fuzz.replay import load_trace, replay
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, PoolSnapshot, Refused
 from impl.upstream.target import SglangPool
@@ -101,3 +103,10 @@ def test_an_allocator_that_takes_slots_before_it_refuses_is_caught() -> None:
     decodes = {"size": 2, "op0": 2, "req0": 0, "op1": 2, "req1": 1, "unchecked": 1}
     failure = lock.step("batch", decodes)
     assert failure is not None and (failure.kind, failure.id) == ("refusal-changed-state", "batch"), failure
+
+
+def test_a_refused_mixed_batch_puts_the_requests_own_tree_node_back() -> None:
+    """Regression (found on 0.5.18 radix-p1): a refused batch of an admission and a continuation put a copy of
+    the continuation's `last_node` back, so its next stash unlocked the copy and the tree's counters drifted."""
+    trace = load_trace(Path(__file__).with_name("refused_batch_0518.json"), None)
+    assert replay(trace).failure is None

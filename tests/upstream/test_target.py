@@ -423,17 +423,10 @@ def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
     assert after == expected
 
 
-def test_ops_lists_exactly_the_calls_the_target_takes() -> None:
-    """Every op outside `OPS` is refused outright (the `Target` protocol has them all), whatever its arguments."""
-    assert LOCKSTEP_OPS >= SglangPool.OPS
+def test_ops_lists_every_lockstep_call() -> None:
+    """The target takes every op the model has (the differential is the harness's own step)."""
+    assert LOCKSTEP_OPS - {"differential"} == SglangPool.OPS
     assert all(callable(getattr(SglangPool, op, None)) for op in SglangPool.OPS)
-    pool = SglangPool(CONFIG)
-    pool.admit(0, 4, prompt_len=8)
-    for op in sorted(LOCKSTEP_OPS - SglangPool.OPS - {"differential"}):
-        before = plain(pool.snapshot())
-        with pytest.raises(Refused, match="does not drive"):
-            getattr(pool, op)(0, 1)
-        assert plain(pool.snapshot()) == before
 
 
 # -- the random differential at page sizes 1 and 4 ------------------------------------------------------------

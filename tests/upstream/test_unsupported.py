@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 from fuzz.profiles import POOLS
 from fuzz.targets import SGLANG_VENVS, retarget, target_problem
@@ -22,7 +23,7 @@ ENOUGH = Capabilities(version="0.5.99", **{need.split("|")[0]: True for need in 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, caps: Capabilities) -> None:
     """Pretend the installed sglang has `caps` (the adapter reads nothing else to decide)."""
-    monkeypatch.setattr(dialects, "probe", lambda: caps)
+    monkeypatch.setattr(dialects, "probe", lambda device="cpu": caps)
 
 
 def test_missing_sglang_names_the_setup_target(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,12 +61,13 @@ def test_faults_are_refused_before_sglang_is_loaded() -> None:
     ("config", "message"),
     [
         (PoolConfig(page_size=4, kernel_backend="oracle"), r"no 'oracle' kernel backend; use one of \('torch', "),
-        (PoolConfig(speculative=True), "does not drive speculative decoding"),
-        (PoolConfig(row_pool="decode", pre_alloc_size=2), "ReqToTokenPool only, got 'decode'"),
-        (PoolConfig(device="cuda"), "'cpu' only"),
+        (PoolConfig(device="cuda"), "on 'cuda' where a CUDA device is present"),
     ],
 )
-def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(config: PoolConfig, message: str) -> None:
+def test_configs_it_cannot_build_are_refused_before_sglang_is_loaded(
+    monkeypatch: pytest.MonkeyPatch, config: PoolConfig, message: str
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
     with pytest.raises(ValueError, match=message):
         SglangPool(config)
 
@@ -84,7 +86,7 @@ def test_the_naive_paged_path_is_refused_without_the_kernel_switch(monkeypatch: 
 
 def test_ops_are_listed_without_loading_sglang() -> None:
     assert {"admit", "extend", "decode", "finish", "retract", "abort", "flush"} <= target.SglangPool.OPS
-    assert "spec_prepare" not in target.SglangPool.OPS
+    assert {"spec_prepare", "spec_commit", "pd_prealloc", "offload_release"} <= target.SglangPool.OPS
 
 
 @pytest.mark.parametrize(
@@ -114,11 +116,15 @@ def test_the_kernel_reason_comes_last_so_the_reason_retarget_cannot_fix_is_told(
     """Without the kernel switch a paged pool on a CUDA device has two problems; the one `retarget` cannot fix is
     the one told."""
     _installed(monkeypatch, dataclasses.replace(ENOUGH, paged_kernels_attr=False))
-    assert "'cpu' only" in str(target_problem(retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    on_cuda = retarget({**POOLS["chunk-p4"], "device": "cuda"}, "sglang")
+    assert "where a CUDA device is present" in str(target_problem(on_cuda))
     assert "Triton kernels" in str(target_problem({**POOLS["chunk-p4"], "target": "sglang"}))
 
 
-def test_a_speculative_shape_runs_upstream_without_its_speculative_steps() -> None:
-    moved = retarget(POOLS["radix-p4"], "sglang")
-    assert (moved["speculative"], moved["cache"], moved["page_size"]) == (False, "radix", 4)
-    assert retarget(POOLS["radix-p4"], "reference")["speculative"] is True
+@pytest.mark.parametrize("shape", ["radix-p4", "pd-p1"])
+def test_speculative_and_decode_pool_shapes_run_upstream_as_they_are(shape: str) -> None:
+    moved = retarget(POOLS[shape], "sglang")
+    assert {**moved, "kernel_backend": "torch"} == {**POOLS[shape], "target": "sglang", "kernel_backend": "torch"}
+    decode_side = PoolConfig(speculative=True, row_pool="decode", pre_alloc_size=2)
+    assert target._unsupported(decode_side, FaultSet.of([])) is None

@@ -1,0 +1,172 @@
+"""The PD decode side on the upstream target: `DecodeReqToTokenPool`, pre-allocation through
+`DecodePreallocQueue._pre_alloc` and the decode-offload release through `DecodeKVCacheOffloadManager` agree with
+the reference on both caches and page sizes; the raw guard refuses the `-1` sentinel; bugs planted in upstream's
+pre-allocation and offload release (in-process) are found with short counterexamples.
+
+Runs only in a sglang venv (`make sglang-test`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+if importlib.util.find_spec("sglang") is None:
+    pytest.skip(
+        "needs upstream sglang, which the main venv deliberately lacks; run `make sglang-test`",
+        allow_module_level=True,
+    )
+
+from fuzz.profiles import POOLS, PROFILES
+from fuzz.run import run
+from fuzz.targets import retarget
+from fuzz.upstream_verify import ROOT, load_findings
+from impl.engine import ReferencePool
+from impl.target import PoolConfig, Refused
+from impl.upstream.dialects import installed_version, load_dialect
+from impl.upstream.target import SglangPool
+from model.trace import load
+from properties.abstraction import observe
+from properties.invariants import check_snapshot
+
+VERSION = installed_version()
+BACKEND = "triton" if VERSION == "0.5.18" else "torch"  # 0.5.18's paged allocator has no naive path
+QUICK = replace(PROFILES["ci"], max_examples=60)
+Op = Callable[[Any], object]
+
+
+def decode_side(page_size: int, cache: str, row_pool: str = "decode", speculative: bool = False) -> PoolConfig:
+    return PoolConfig(
+        rows=2, tokens=64, width=32, page_size=page_size, cache=cache, speculative=speculative,
+        row_pool=row_pool, pre_alloc_size=2 if row_pool == "decode" else 0,
+        kernel_backend=BACKEND if page_size > 1 else "torch", evict_on_demand=False,
+    )  # fmt: skip
+
+
+SHAPES = [decode_side(ps, cache, rp) for rp in ("decode", "req") for cache in ("chunk", "radix") for ps in (1, 4)]
+SHAPE_IDS = [f"{c.row_pool}-{c.cache}-p{c.page_size}" for c in SHAPES]
+
+
+def outcome(pool: Any, op: Op) -> object:
+    try:
+        return op(pool)
+    except Refused:
+        return Refused
+
+
+def run_observed(config: PoolConfig, ops: list[Op]) -> SglangPool:
+    """The ops on the reference and on upstream: equal outcomes (rows included) and observations each step, and
+    the invariants upstream's tensors break are those the reference's break."""
+    reference, upstream = ReferencePool(config), SglangPool(config)
+    for index, op in enumerate(ops):
+        assert outcome(upstream, op) == outcome(reference, op), f"step {index}: outcomes differ"
+        snap, expected = upstream.snapshot(), reference.snapshot()
+        assert observe(snap).differences(observe(expected)) == [], f"step {index}"
+        assert {i for i, _ in check_snapshot(snap)} == {i for i, _ in check_snapshot(expected)}, f"step {index}"
+    return upstream
+
+
+@pytest.mark.parametrize("config", SHAPES, ids=SHAPE_IDS)
+def test_prealloc_decode_and_both_releases_match_the_reference(config: PoolConfig) -> None:
+    ops: list[Op] = [
+        lambda p: p.pd_prealloc(0, 6),
+        lambda p: p.pd_prealloc(1, 3),
+        lambda p: p.decode(0),
+        lambda p: p.offload_release(0),
+        lambda p: p.offload_release(0),  # released already: the guard returns early
+        lambda p: p.offload_release(0, 1),  # the -1 sentinel: the guard returns early
+        lambda p: p.decode(1),
+        lambda p: p.finish(1),
+        lambda p: p.offload_release(1, 1),
+        lambda p: p.pd_prealloc(2, 5),
+        lambda p: p.pd_prealloc(2, 5),  # a known id
+        lambda p: p.pd_prealloc(3, 33),  # past the row width
+    ]
+    upstream = run_observed(config, ops)
+    assert upstream.snapshot().records[2].committed_len == 5
+
+
+@pytest.mark.parametrize("config", SHAPES[:2], ids=SHAPE_IDS[:2])
+def test_the_decode_row_pool_counts_and_hands_out_its_pre_allocation_rows_as_the_reference(config: PoolConfig) -> None:
+    """Four rows in all (two running, two pre-allocation), FIFO reuse, a fifth refused."""
+    ops: list[Op] = [*(lambda p, r=r: p.pd_prealloc(r, 2) for r in range(5)), lambda p: p.offload_release(1)]
+    ops += [lambda p: p.pd_prealloc(5, 2)]
+    upstream = run_observed(config, ops)
+    snap = upstream.snapshot()
+    assert snap.rows_total == 4 and snap.records[5].row == 2
+
+
+def test_the_sentinel_is_refused_unchanged_on_a_released_record() -> None:
+    pool = SglangPool(decode_side(1, "chunk"))
+    pool.pd_prealloc(0, 4)
+    pool.finish(0)
+    before = observe(pool.snapshot())
+    with pytest.raises(Refused, match="req_pool_idx is -1"):
+        pool.offload_release(0, 1)
+    assert observe(pool.snapshot()).differences(before) == []
+    assert pool.dialect.row(pool.reqs[0].req) is None
+
+
+def test_prealloc_with_speculative_decoding_then_offload_release_frees_the_tail() -> None:
+    config = decode_side(4, "chunk", speculative=True)
+    ops: list[Op] = [lambda p: p.pd_prealloc(0, 5), lambda p: p.spec_prepare(0, 7), lambda p: p.offload_release(0)]
+    upstream = run_observed(config, ops)
+    assert upstream.allocator.available_size() == 64
+
+
+def _known_ops() -> frozenset[str]:
+    """The ops this version's known findings drop, but the offload release: the finding that drops it
+    (`offload-release-protected-drift`) needs a tree, and pd-p1 runs the chunk cache (the clean run checks it)."""
+    findings = load_findings(ROOT / "upstream" / "findings.json")
+    return frozenset(op for f in findings if VERSION in f.versions for op in f.fuzz_exclude) - {"offload_release"}
+
+
+def _plant_fill_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pre-allocation sized one token past the transferred prompt (the prebuilt batch's assert refuses it after
+    the row and slots were taken: a refusal that changed state)."""
+    load_dialect()
+    from sglang.srt.disaggregation.decode import DecodePreallocQueue
+
+    fill = DecodePreallocQueue._pre_alloc_fill_len
+    monkeypatch.setattr(DecodePreallocQueue, "_pre_alloc_fill_len", staticmethod(lambda req: fill(req) + 1))
+
+
+def _plant_offload_tail_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An offload release that forgets the speculative tail: it reads the allocated length as the committed one."""
+    load_dialect()
+    from sglang.srt.disaggregation.decode_kvcache_offload_manager import DecodeKVCacheOffloadManager
+
+    release = DecodeKVCacheOffloadManager._release_finished_req
+    dialect = load_dialect()
+
+    def leaky(self: Any, req: Any, *args: Any) -> Any:
+        if dialect.row(req) not in (None, -1):
+            req.kv.kv_allocated_len = dialect.committed_len(req)
+        return release(self, req, *args)
+
+    monkeypatch.setattr(DecodeKVCacheOffloadManager, "_release_finished_req", leaky)
+
+
+@pytest.mark.parametrize(
+    ("plant", "kinds"),
+    [(_plant_fill_off_by_one, {"pd_prealloc"}), (_plant_offload_tail_leak, {"token-conservation", "abstraction"})],
+)
+def test_a_planted_decode_side_bug_is_found_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plant: Callable[[pytest.MonkeyPatch], None], kinds: set[str]
+) -> None:
+    """On pd-p1 (page size 1: no Triton interpreter on 0.5.18), never drawing the ops of this version's known
+    findings."""
+    config = retarget({**POOLS["pd-p1"], "faults": []}, "sglang")
+    clean = run(config, QUICK, None, tmp_path / "clean", tmp_path / "db", exclude=_known_ops())
+    assert clean.counterexample is None, clean.failure_text
+    plant(monkeypatch)
+    found = run(config, QUICK, None, tmp_path / "ce", tmp_path / "db", exclude=_known_ops())
+    assert found.counterexample is not None
+    trace = load(found.counterexample)
+    assert trace.failure is not None and trace.failure.id in kinds, trace.failure
+    assert len(trace.steps) <= 4
