@@ -275,8 +275,9 @@ def finding_outcomes(findings: list[Finding]) -> dict[str, Failure | None]:
 
 
 def check_findings(findings: list[Finding], version: str, report: Report) -> dict[str, Failure | None]:
-    """Each finding's replay fails as recorded on its releases, and passes on the others; on a version no release
-    names, a finding that reproduces is reported as known and one that passes as passing. Returns the outcomes."""
+    """Each finding's replay fails as recorded on its releases, and passes on the others (or shows there another
+    finding of that release: one replay can reach two bugs); on a version no release names, a finding that
+    reproduces is reported as known and one that passes as passing. Returns the outcomes."""
     report.say(f"findings on sglang {version}:")
     outcomes = finding_outcomes(findings)
     for finding in findings:
@@ -284,23 +285,32 @@ def check_findings(findings: list[Finding], version: str, report: Report) -> dic
         seen = "passes" if failure is None else f"step {failure.step}: {failure.kind} {failure.id}"
         same = failure is not None and (failure.kind, failure.id) == (finding.expect_kind, finding.expect_id)
         report.outcomes[finding.id] = "passes" if failure is None else "reproduces" if same else seen
-        elsewhere = f"{finding.id}: not on {version} ({', '.join(finding.versions)} only); replay {seen}"
-        if not is_release(version):
-            known_here = "reproduces, known" if finding.matches(failure, version) else seen
-            report.say(f"  {finding.id}: {known_here} (sglang {version} is no release the manifest names)")
-            if failure is not None and not finding.matches(failure, version):
-                report.mismatch(f"{finding.id}: fails otherwise than recorded: {seen}")
-        elif version not in finding.versions and failure is None:
-            report.say(f"  {elsewhere}")
-        elif version not in finding.versions:
-            report.mismatch(elsewhere)
-        elif finding.matches(failure, version):
-            report.say(f"  {finding.id}: reproduces ({seen}) [{finding.triage}]")
-        else:
-            report.mismatch(
-                f"{finding.id}: no longer reproduces: expected {finding.expect_kind} {finding.expect_id}, replay {seen}"
-            )
+        line, matched = _finding_verdict(finding, failure, seen, findings, version)
+        report.say(f"  {line}") if matched else report.mismatch(line)
     return outcomes
+
+
+def _finding_verdict(
+    finding: Finding, failure: Failure | None, seen: str, findings: list[Finding], version: str
+) -> tuple[str, bool]:
+    """What one finding's replay on `version` says, and whether that matches the manifest."""
+    trace = load(finding.replay)
+    other = known([f for f in findings if f is not finding], failure, version, trace)
+    if not is_release(version):
+        if finding.matches(failure, version):
+            return f"{finding.id}: reproduces, known (sglang {version} is no release the manifest names)", True
+        which = f", which is {other.id}, known" if other is not None else ""
+        line = f"{finding.id}: {seen}{which} (sglang {version} is no release the manifest names)"
+        return line, failure is None or other is not None
+    if version not in finding.versions:
+        elsewhere = f"{finding.id}: not on {version} ({', '.join(finding.versions)} only); replay {seen}"
+        if other is not None:
+            return f"{elsewhere}, which is {other.id}, known here", True
+        return elsewhere, failure is None
+    if finding.matches(failure, version):
+        return f"{finding.id}: reproduces ({seen}) [{finding.triage}]", True
+    expected = f"{finding.expect_kind} {finding.expect_id}"
+    return f"{finding.id}: no longer reproduces: expected {expected}, replay {seen}", False
 
 
 # -- the prover's traces ----------------------------------------------------------------------------------
