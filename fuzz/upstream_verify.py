@@ -377,16 +377,18 @@ def _short(text: str) -> str:
 # -- lockstep fuzzing -------------------------------------------------------------------------------------
 
 
-def upstream_pools() -> dict[str, dict[str, Any]]:
-    """The pool shapes the upstream target can build here, as sglang configs (`upstream_config`); a radix shape
-    once per tree core the installed version has (`shape@core`), the core servers run first."""
+def upstream_pools(device: str = "cpu") -> dict[str, dict[str, Any]]:
+    """The pool shapes the upstream target can build here on `device`, as sglang configs (`upstream_config`); a
+    radix shape once per tree core the installed sglang has (`shape@core`), the core servers run first. The
+    device comes first: probing the installed sglang fixes Triton's mode for it."""
     from impl.upstream.dialects import tree_cores
 
     configs: dict[str, dict[str, Any]] = {}
     for name, shape in POOLS.items():
-        cores = tree_cores() if shape["cache"] == "radix" else ()
+        cores = tree_cores(device) if shape["cache"] == "radix" else ()
+        on_device = {**shape, "device": device}
         for core in cores or (None,):
-            config = upstream_config(shape if core is None else {**shape, "tree_core": core})
+            config = upstream_config(on_device if core is None else {**on_device, "tree_core": core})
             configs[name if core is None else f"{name}@{core}"] = config
     return {name: config for name, config in configs.items() if target_problem(config) is None}
 

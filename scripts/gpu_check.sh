@@ -88,12 +88,13 @@ from pathlib import Path
 
 from fuzz.targets import target_problem
 from fuzz.upstream_verify import ROOT, Report, fuzz_pool, load_findings, upstream_pools
-from impl.upstream.dialects import installed_version
+from impl.upstream.dialects import supported_version
 
-report, version = Report(), installed_version()
+# CUDA first: probing the installed sglang imports it, which fixes Triton's mode for the process.
+report, version = Report(), supported_version("cuda")
 findings = load_findings(ROOT / "upstream" / "findings.json")
 out = Path(tempfile.mkdtemp(prefix="kvlife-gpu-"))
-for name, config in upstream_pools().items():
+for name, config in upstream_pools("cuda").items():
     on_cuda = {**config, "device": "cuda", "kernel_backend": "triton"}
     problem = target_problem(on_cuda)
     if problem:

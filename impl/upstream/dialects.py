@@ -71,9 +71,9 @@ def supported_version(device: str = "cpu") -> str:
     return caps.version
 
 
-def tree_cores() -> tuple[str, ...]:
+def tree_cores(device: str = "cpu") -> tuple[str, ...]:
     """The tree cores the installed sglang can name and build (none where there is no sglang or no choice)."""
-    return capabilities().tree_cores
+    return capabilities(device).tree_cores
 
 
 def paged_naive_path(device: str = "cpu") -> bool:

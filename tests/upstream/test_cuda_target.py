@@ -38,16 +38,16 @@ import triton
 from fuzz.profiles import POOLS
 from fuzz.targets import pool_config
 from fuzz.upstream_verify import ROOT, Report, fuzz_pool, load_findings, upstream_config
-from impl.upstream.dialects import installed_version
+from impl.upstream.dialects import supported_version
 from impl.upstream.target import SglangPool
 shape, cases, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-config = {**upstream_config(POOLS[shape]), "device": "cuda", "kernel_backend": "triton"}
+config = {**upstream_config({**POOLS[shape], "device": "cuda"}), "kernel_backend": "triton"}
 pool = SglangPool(pool_config(config))
 assert "TRITON_INTERPRET" not in os.environ and not triton.knobs.runtime.interpret, "interpreter on in a CUDA run"
 assert pool.allocator.free_pages.is_cuda and pool.req_to_token_pool.req_to_token.is_cuda
 report = Report()
 findings = load_findings(ROOT / "upstream" / "findings.json")
-fuzz_pool(shape, config, findings, installed_version(), out, report, cases=cases)
+fuzz_pool(shape, config, findings, supported_version("cuda"), out, report, cases=cases)
 sys.exit(1 if report.problems else 0)
 """
 

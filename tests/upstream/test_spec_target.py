@@ -32,14 +32,14 @@ from fuzz.upstream_verify import ROOT, load_findings
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
 from impl.upstream import spec
-from impl.upstream.dialects import installed_version, load_dialect
+from impl.upstream.dialects import load_dialect, paged_naive_path, supported_version
 from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
 
-VERSION = installed_version()
-BACKEND = "triton" if VERSION == "0.5.18" else "torch"  # 0.5.18's paged allocator has no naive path
+VERSION = supported_version()
+BACKEND = "torch" if paged_naive_path() else "triton"  # without the kernel switch there is no naive path
 QUICK = replace(PROFILES["ci"], max_examples=60)
 Op = Callable[[Any], object]
 
