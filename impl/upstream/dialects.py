@@ -70,6 +70,11 @@ def installed_version() -> str:
 SERVER_ARGS = {"model_path": "dummy", "device": "cpu", "disable_radix_cache": True, "attention_backend": "torch_native"}
 
 
+# Counted up on a `Req` each time the glue locks its matched node, so that a refused extend knows whether it took a
+# lock to give back: a handle compared by identity cannot tell where a rematch ends on the node already held.
+GLUE_LOCKS = "_kvlife_glue_locks"
+
+
 def _kept(value: Any) -> Any:
     """What a refused extend puts back: a copy of a list, dict or set, else the object itself."""
     return copy.copy(value) if isinstance(value, list | dict | set) else value
@@ -197,10 +202,10 @@ class Dialect(abc.ABC):
         # Containers are copied (the glue extends them in place); anything else is kept by reference: a copied
         # tree node would put a stranger back as the request's `last_node`, and its unlock would miss the tree.
         saved = {name: _kept(getattr(req, name)) for name in self.glue_fields}
-        protected_len, handle = self.protected_len(req), self.lock_handle(req)
+        protected_len, locks = self.protected_len(req), getattr(req, GLUE_LOCKS, 0)
 
         def restore() -> None:
-            if self.lock_handle(req) is not handle:
+            if getattr(req, GLUE_LOCKS, 0) != locks:  # the glue locked again, if only the node it held
                 self.unlock(req, cache)
             for name, value in saved.items():
                 setattr(req, name, value)

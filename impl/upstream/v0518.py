@@ -6,7 +6,7 @@ from array import array
 from typing import Any
 
 from impl.target import PoolConfig, RecordView
-from impl.upstream.dialects import EMPTY_TREE, Dialect, EvictionLog, TreeView, slot_tensor
+from impl.upstream.dialects import EMPTY_TREE, GLUE_LOCKS, Dialect, EvictionLog, TreeView, slot_tensor
 
 
 class Dialect0518(Dialect):
@@ -169,6 +169,7 @@ class Dialect0518(Dialect):
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
         if rematch:
             req.init_next_round_input(cache)  # sets prefix_indices and cache_protected_len from the match
+            setattr(req, GLUE_LOCKS, getattr(req, GLUE_LOCKS, 0) + 1)
             self.lock(req, cache)
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from impl.target import PoolConfig, RecordView
-from impl.upstream.dialects import EMPTY_TREE, Dialect, EvictionLog, TreeView, slot_tensor
+from impl.upstream.dialects import EMPTY_TREE, GLUE_LOCKS, Dialect, EvictionLog, TreeView, slot_tensor
 
 # The class each `PoolConfig.tree_core` builds (`unified_cache/tree_core_registry.py`).
 TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
@@ -167,6 +167,7 @@ class Dialect0523(Dialect):
     def open_extend(self, req: Any, cache: Any, rematch: bool, seq_len: int) -> None:
         if rematch:
             req.init_next_round_input(cache)  # sets prefix_len and cache_protected_len from the match
+            setattr(req, GLUE_LOCKS, getattr(req, GLUE_LOCKS, 0) + 1)
             self.lock(req, cache)
         else:
             req.init_next_round_input()  # a continuation keeps its prefix: no tree, as for the chunked request
