@@ -110,3 +110,10 @@ def test_a_refused_mixed_batch_puts_the_requests_own_tree_node_back() -> None:
     the continuation's `last_node` back, so its next stash unlocked the copy and the tree's counters drifted."""
     trace = load_trace(Path(__file__).with_name("refused_batch_0518.json"), None)
     assert replay(trace).failure is None
+
+
+def test_a_refused_rematch_on_the_node_already_held_gives_its_lock_back() -> None:
+    """Regression (found on 0.5.18 radix-p4): a refused extend whose rematch ended on the node the request already
+    held looked, by the handle, as if it took no lock, so the lock leaked (tree-lock-holders)."""
+    trace = load_trace(Path(__file__).with_name("refused_rematch_lock_0518.json"), None)
+    assert replay(trace).failure is None
