@@ -11,8 +11,9 @@ processed within the call, so `inflight_middle_chunks` is back to 0 when the cal
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 
@@ -410,7 +411,7 @@ class ReferencePool(SchedulerGlue[Req]):
             if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= rows_total
         }
         evictable, protected = tree.recount_sizes() if tree is not None else (0, 0)
-        empty = torch.empty(0, dtype=torch.int64, device=self.config.device)
+        empty = _empty_on(self.config.device)
         return PoolSnapshot(
             rows_total=rows_total,
             width=pool.max_context_len,
@@ -535,18 +536,32 @@ class ReferencePool(SchedulerGlue[Req]):
         kv = req.kv
         # A lock is held on a node below a root; a handle on a root (of this tree or a reset one) locks nothing.
         locked = isinstance(req.last_node, TreeNode) and req.last_node.parent is not None
-        return RecordView(
-            row=kv.req_pool_idx,
-            protected_len=kv.cache_protected_len,
-            committed_len=kv.kv_committed_len,
-            allocated_len=kv.kv_allocated_len,
-            inflight_middle_chunks=req.inflight_middle_chunks,
-            status=req.status.value,
-            prefix_len=req.prefix_indices.numel(),
-            tree_locked=locked,
-            extend_end=req.extend_range_end,
-            prompt_len=req.prompt_len,
+        return _view(
+            kv.req_pool_idx,
+            kv.cache_protected_len,
+            kv.kv_committed_len,
+            kv.kv_allocated_len,
+            req.inflight_middle_chunks,
+            req.status.value,
+            req.prefix_indices.numel(),
+            locked,
+            req.extend_range_end,
+            req.prompt_len,
         )
+
+
+@functools.cache
+def _empty_on(device: str) -> torch.Tensor:
+    """One empty int64 tensor per device, shared by every snapshot (nothing writes into an empty tensor)."""
+    return torch.empty(0, dtype=torch.int64, device=device)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _view(*fields: Any) -> RecordView:
+    """The record view of these field values, in `RecordView`'s order. Views are immutable, so one object serves
+    every snapshot of a record that did not change: most records do not change in a step, and building a frozen
+    dataclass costs more than looking it up."""
+    return RecordView(*fields)
 
 
 def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, frozenset[int]]:

@@ -74,8 +74,18 @@ class State:
     pending_slots: Any
 
     def but(self, **changes: Any) -> State:
-        return dataclasses.replace(self, **changes)
+        """This state with `changes` (field names), as `dataclasses.replace` gives it; the copy is made field by
+        field because the model steps through `but` several times a step, and `replace` re-runs `__init__`."""
+        unknown = changes.keys() - _FIELD_NAMES
+        if unknown:
+            raise TypeError(f"State has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(State)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(State))
 
 ARRAY_FIELDS = {
     "row_held": False,

@@ -26,8 +26,11 @@ from properties.page_check import (
     TREE_DUPLICATE,
     UNALIGNED_PROTECTED,
     PageCheckResult,
+    PageLists,
     PageSnapshot,
     PageViolation,
+    _check_oracle,
+    _clean_result,
     check_pages,
     gather_refs,
     torch_page_stats,
@@ -187,6 +190,17 @@ def test_consistent_pools_are_clean(pool: Pool) -> None:
 def test_oracle_and_torch_agree_on_corrupted_pools(pool: Pool) -> None:
     found = results(pool)
     assert found["torch"] == found["oracle"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(consistent_pools(), corrupted_pools()))
+def test_the_clean_fast_path_answers_as_the_oracle(pool: Pool) -> None:
+    """The one-pass check the lockstep pays for answers exactly where the oracle finds nothing, and then as it."""
+    lists = PageLists.of(pool.snapshot())
+    assume(all(0 <= p <= a <= lists.width for _, p, a, _ in lists.rows))
+    oracle, fast = _check_oracle(lists), _clean_result(lists)
+    assert (fast is not None) == (not oracle.violations), (fast, oracle)
+    assert fast is None or fast == oracle
 
 
 @TRITON
