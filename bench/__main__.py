@@ -27,6 +27,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from bench import campaign_bench, page_check_bench, walker_bench
 from bench.lockstep_profile import breakdown
+from fuzz.flags import one_torch_thread
 from fuzz.machine import Recorder, build_machine
 from fuzz.model_only import ModelOnly
 from fuzz.profiles import POOLS, Profile
@@ -120,6 +121,7 @@ def main() -> None:
         help="BMC unrolling at depth 10 only, no BMC search or campaign, a small page-check pool",
     )
     args = parser.parse_args()
+    one_torch_thread()  # as `fuzz run` and the campaign's workers step their pools (the page check sets its own)
     prover()
     if not args.quick:
         bmc_search()

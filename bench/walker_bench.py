@@ -24,6 +24,7 @@ from typing import Any
 from hypothesis.stateful import get_state_machine_test
 
 import fuzz.lockstep as lockstep_module
+from fuzz.flags import one_torch_thread
 from fuzz.machine import Recorder, build_machine
 from fuzz.mutants import score_fault
 from fuzz.profiles import POOLS, Profile
@@ -214,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--target", choices=sorted(TARGETS), default="reference", help="the pool the engines step")
     parser.add_argument("--exam-budget", type=float, default=EXAM_BUDGET_S, metavar="SECONDS", help="per fault")
     args = parser.parse_args(argv)
+    one_torch_thread()
     report_throughput(args.target, 1 if args.quick else SLICES)
     if not args.quick and args.target == "reference":
         report_exam(args.exam_budget, list(FAULTS))

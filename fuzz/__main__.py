@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fuzz.flags import folder_problem, seconds, whole
+from fuzz.flags import folder_problem, one_torch_thread, seconds, whole
 from impl.faults import FAULTS
 from model.exits import EXIT_INVALID, internal_error
 from model.trace import Trace, TraceError, load, one_line
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser(argv).parse_args(argv)
     command = f"fuzz {args.command}"
     try:
+        one_torch_thread()
         problem = _folders_problem(args)
         if problem:
             print(f"{command}: {problem}", file=sys.stderr)

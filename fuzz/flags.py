@@ -1,5 +1,6 @@
 """Checks of what a user types on the command line: bounded whole numbers and seconds (argparse types, so a bad
-value is exit 2 with argparse's one-line error), and folders kvlife writes into (checked before any work)."""
+value is exit 2 with argparse's one-line error), folders kvlife writes into (checked before any work), and
+the one torch thread every command steps its pools with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import math
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,3 +57,14 @@ def folder_problem(path: Path) -> str | None:
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"{one_line(str(path))} cannot be written: {one_line(str(probe))} is not writable"
     return None
+
+
+def one_torch_thread() -> None:
+    """Run torch's CPU ops on one thread: the lockstep's pools are tiny, and a second intra-op thread costs more than
+    it gives (`torch.repeat_interleave` on a 12-token extend takes about 0.8 ms with two threads on a busy 2-core
+    machine, 17 us with one); parallelism comes from one process per core (`fuzz campaign`). Torch is not
+    imported for this (a command that refuses its input never loads it): an `OMP_NUM_THREADS` the user set wins."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch = sys.modules.get("torch")
+    if torch is not None and os.environ["OMP_NUM_THREADS"] == "1":
+        torch.set_num_threads(1)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fuzz.flags import MAX_SECONDS, folder_problem, whole
+from fuzz.flags import MAX_SECONDS, folder_problem, one_torch_thread, whole
 from impl.faults import FAULTS
 from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INVALID, internal_error
 from model.trace import TraceError, load, one_line
@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     command = f"fuzz.walker {args.command}"
     try:
+        one_torch_thread()
         out = getattr(args, "out", None)
         problem = folder_problem(out) if out is not None else None
         if problem:
