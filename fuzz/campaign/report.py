@@ -64,12 +64,13 @@ def _plot_workers(plt: Any, path: Path, report: dict[str, Any]) -> str:
     steps_ax.set(title="lockstep steps per worker", xlabel="worker", ylabel="steps")
     rate_ax.bar(labels, [w["steps_per_s"] for w in workers], color="tab:orange")
     rate_ax.set(title="steps/s per worker", xlabel="worker", ylabel="steps/s")
-    for w in workers:
+    drawn = [w for w in workers if w["series"]]
+    for w in drawn:
         series = w["series"]  # each rate is that of the interval ending at its point: drawn back to the last one
-        times, rates = [0.0, *(p[0] for p in series)], [p[2] for p in series[:1]] + [p[2] for p in series]
+        times, rates = [0.0, *(p[0] for p in series)], [series[0][2], *(p[2] for p in series)]
         time_ax.step(times, rates, where="pre", label=f"worker {w['worker']}")
     time_ax.set(title="steps/s over time (a flat zero is a stall)", xlabel="elapsed seconds", ylabel="steps/s")
-    if 0 < len(workers) <= 8:
+    if 0 < len(drawn) <= 8:
         time_ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
