@@ -35,7 +35,8 @@ from fuzz.campaign.series import Series, Throughput
 from fuzz.campaign.supervisor import run_campaign
 from fuzz.campaign.tally import Tally
 from fuzz.campaign.unit import Progress, UnitHooks, run_unit
-from fuzz.campaign.walker_unit import run_walker_unit
+from fuzz.campaign.walker_unit import WalkProgress, run_walker_unit
+from fuzz.campaign.worker import Heartbeat
 from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS
 from fuzz.replay import load_trace
@@ -288,3 +289,26 @@ def test_transitions_are_counted_per_engine_and_in_union() -> None:
     assert {e: len(s) for e, s in tally.transitions.items()} == {WALKER: 2, HYPOTHESIS: 2}
     assert len(tally.union) == 3
     assert [p[1:] for p in tally.transitions_over_time.points] == [(2, 0, 2), (2, 2, 3)]
+
+
+class _Queue(list[tuple[Any, ...]]):
+    def put(self, message: tuple[Any, ...]) -> None:
+        self.append(message)
+
+
+def test_the_heartbeat_sends_each_transition_once_per_engine() -> None:
+    a, b = ("0000", "admit", "done"), ("0000", "decode", "done")
+    queue = _Queue()
+    heartbeat = Heartbeat(0, queue)
+    walking = WalkProgress(transitions={a: 1})
+    heartbeat.unit_started(WALKER, walking)
+    heartbeat.send()
+    walking.transitions[b] = 1
+    heartbeat.send()
+    heartbeat.unit_finished()
+    heartbeat.unit_started(HYPOTHESIS, WalkProgress(transitions={a: 3}))  # new to this engine, not to the worker
+    heartbeat.stop()
+    sent: dict[str, list[Any]] = {}
+    for message in queue:
+        sent.setdefault(message[6], []).extend(message[7])
+    assert sorted(sent[WALKER]) == [a, b] and sent[HYPOTHESIS] == [a]
