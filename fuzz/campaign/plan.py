@@ -22,9 +22,10 @@ STEPS_PER_CASE = 50
 SHRINK_S = 20  # Hypothesis's shrink per failing unit stops here; `delete_steps` then trims what is left
 HYPOTHESIS, WALKER = "hypothesis", "walker"
 ENGINES = (WALKER, HYPOTHESIS)  # the default mixes both, in this order in every list and cycle
-# Units per engine in a worker's cycle when both run: the walker steps 2-3x as fast (`make bench`) and a unit of
-# each takes about as long (`WALKER_STEPS_PER_EXAMPLE`), so it gets about two thirds of the time and most steps;
-# Hypothesis keeps a third for what only it does (the example database, its shrinker, targeted generation).
+# Units per engine in a worker's cycle when both run: on the reference pool the walker steps 2-3x as fast (`make
+# bench`) and a unit of each takes about as long (`WALKER_STEPS_PER_EXAMPLE`), so it gets about two thirds of the
+# time and most steps; Hypothesis keeps a third for what only it does (the example database, its shrinker, targeted
+# generation).
 UNIT_SHARE = {WALKER: 2, HYPOTHESIS: 1}
 # A walker unit of `examples` walks this many steps per example: twice a test case's 50 steps at most (Hypothesis's
 # cases average about 40), so that at the walker's speed its units last about as long as the machine's.
@@ -83,7 +84,7 @@ class Unit:
     pool: str
     swarm: str
     examples: int
-    engine: str = HYPOTHESIS
+    engine: str
 
 
 @dataclass(frozen=True)

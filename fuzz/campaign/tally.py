@@ -105,5 +105,6 @@ class Tally:
         return (
             f"[{elapsed:6.0f} s] {steps:,} steps, {steps / max(elapsed, 1e-9):,.0f} steps/s, "
             f"{len(self.found)} counterexamples, {len(self.corners)} lifecycle corners, "
+            f"{len(self.union):,} transitions, "
             f"{len(self.units)} units done"
         )
