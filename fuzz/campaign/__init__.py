@@ -1,18 +1,35 @@
 """`python -m fuzz campaign`: a time-boxed fuzz campaign over every pool and swarm, on N worker processes.
 
-A unit of work is one engine's run (plain Hypothesis: one seed, one pool, one swarm, `examples` test cases). Each
-worker walks its own seed stream and rotates through the configurations; shards of a CI matrix split the seed space
-so that they never repeat each other's units. Workers share one example database, keyed per pool, swarm and faults,
-so that saved failures replay in the configuration that found them. A failing step writes its unshrunk trace at
-once (a killed campaign keeps it); the shrunk trace replaces it. Rerunning on the same `--out` re-checks what is
-already there. One concept a module, each importing only those before it:
+A unit of work is one engine's run: Hypothesis (one seed, one pool, one swarm, `examples` test cases) or the seeded
+walker (one seed, one pool, `examples x 100` steps; the walker draws its own swarm from the seed). Each worker walks
+its own seed stream; shards of a CI matrix split the seed space so that they never repeat each other's units.
+Workers share one example database, keyed per pool, swarm and faults, so that saved failures replay in the
+configuration that found them. A failing step writes its unshrunk trace at once (a killed campaign keeps it); the
+shrunk trace replaces it. Rerunning on the same `--out` re-checks what is already there, whichever engine wrote it.
 
-- `plan`: the units' seeds, configurations and sizes, and the lines that reproduce a campaign;
+**How the budget is split between engines (decision).** `--engines` picks them (default `walker,hypothesis`). With
+both, each worker's units cycle walker, walker, Hypothesis, from the worker's own offset, and a unit of each lasts
+about as long (a walker unit walks twice a test case's 50 steps per example, at two to three times the machine's
+steps per second): the walker gets about two thirds of the time and most of the steps, because more steps per core
+second is more ground; Hypothesis keeps a third because its example database replays earlier failures first, and
+its shrinker and targeted generation find what a uniform walk does not. Units are sized in steps and test cases,
+not seconds, so that a rerun with the same seed base runs the same units; the engine of a unit is a function of
+its index, worker and shard, so seeds stay those of one stream (`plan.unit_seed`) and never repeat across engines.
+
+Besides the lifecycle corners, both engines count abstract transitions (`fuzz.walker.coverage`: the model state's
+shape, the op, its outcome), sent with each heartbeat; the report shows them over time per engine and in union, and
+each worker's steps/s over time with any stall (a stretch with no new step longer than `series.STALL_S`).
+
+One concept a module, each importing only those before it:
+
+- `plan`: the units' seeds, engines, configurations and sizes, and the lines that reproduce a campaign;
 - `database`: the example database, keyed per configuration;
-- `unit`: one unit of one engine, and the seam a second engine plugs into (`UnitRunner`);
-- `worker`: a worker process, its units and its heartbeat;
+- `unit`: one unit of one engine, the seam an engine plugs into (`UnitRunner`), and the Hypothesis engine;
+- `walker_unit`: the seeded walker's engine;
+- `worker`: a worker process, its units (each by its engine's runner) and its heartbeat;
 - `findings`: counterexamples grouped into findings and shapes;
 - `resume`: the re-check of what an earlier run left in `--out`;
+- `series`: bounded time series (each worker's steps, transitions over time) and stalls;
 - `tally`: what the parent learns from its workers;
 - `report_data`: the report's data and the exit code; `report`: its files (Markdown, JSON, plots, regressions);
 - `supervisor`: the whole campaign, start to report; `cli`: its flags.

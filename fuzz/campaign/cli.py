@@ -15,10 +15,12 @@ import torch
 
 from fuzz.campaign.plan import (
     DEFAULT_EXAMPLES,
+    ENGINES,
     MAX_EXAMPLES,
     MAX_SEED_BASE,
     MAX_SHARDS,
     MAX_WORKERS,
+    WALKER_STEPS_PER_EXAMPLE,
     Plan,
     configurations,
 )
@@ -55,6 +57,15 @@ def parse_shard(text: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def parse_engines(text: str) -> tuple[str, ...]:
+    """`walker,hypothesis`, `walker` or `hypothesis` (any order, each once), in `ENGINES` order; ValueError with a
+    one-line reason otherwise."""
+    names = [name.strip() for name in text.split(",")]
+    if not names or len(set(names)) != len(names) or not set(names) <= set(ENGINES):
+        raise ValueError(f"engines are a comma-separated list of {', '.join(ENGINES)}, each once, got {text!r}")
+    return tuple(engine for engine in ENGINES if engine in names)
+
+
 def add_flags(c: argparse.ArgumentParser) -> None:
     """The `campaign` subcommand's flags."""
     c.add_argument(
@@ -79,6 +90,14 @@ def add_flags(c: argparse.ArgumentParser) -> None:
         help="run only shard I of N of the seed space (CI matrix jobs)",
     )
     c.add_argument("--target", choices=("reference", "sglang"), default="reference", help="the pool to fuzz")
+    c.add_argument(
+        "--engines",
+        type=_arg(parse_engines),
+        default=ENGINES,
+        metavar="LIST",
+        help=f"the engines whose units the workers run, comma-separated (default {','.join(ENGINES)}: two walker "
+        "units to one Hypothesis unit)",
+    )
     c.add_argument("--db", type=Path, default=Path(".hypothesis/campaign"), help="shared example database")
     c.add_argument("--out", type=Path, default=Path("reports/campaign"), help="counterexamples and the report")
     c.add_argument(
@@ -97,7 +116,8 @@ def add_flags(c: argparse.ArgumentParser) -> None:
         type=whole(1, MAX_EXAMPLES),
         default=DEFAULT_EXAMPLES,
         metavar="N",
-        help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core)",
+        help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core); a walker unit walks "
+        f"{WALKER_STEPS_PER_EXAMPLE} steps per test case",
     )
 
 
@@ -127,6 +147,7 @@ def cli(args: Any) -> int:
         args.examples,
         tuple(configurations(pools, SWARMS)),
         git_commit(),
+        args.engines,
     )
     return run_campaign(plan).exit_code
 

@@ -1,7 +1,10 @@
-"""A campaign's plan: what decides each unit (its seed, its pool and swarm, its size), and the lines that say it.
+"""A campaign's plan: what decides each unit (its seed, its engine, its pool and swarm, its size), and the lines
+that say it.
 
 Unit k of worker w in shard I of N gets seed `BASE + ((k * workers + w) * N + I - 1)`, so that workers and shards
-never repeat each other's seeds, and walks the configurations from its own offset.
+never repeat each other's seeds whatever engine runs the unit. Its engine follows the worker's engine cycle (two
+walker units, then one Hypothesis unit, when both run) from the worker's own offset, and each engine walks its own
+configurations in turn: Hypothesis every pool/swarm pair, the walker every pool (it draws its own swarm per seed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,17 @@ MAX_SEED_BASE = (1 << 63) - 1
 DEFAULT_EXAMPLES = 100  # test cases per unit: about 10 s of lockstep on one core
 STEPS_PER_CASE = 50
 SHRINK_S = 20  # Hypothesis's shrink per failing unit stops here; `delete_steps` then trims what is left
+HYPOTHESIS, WALKER = "hypothesis", "walker"
+ENGINES = (WALKER, HYPOTHESIS)  # the default mixes both, in this order in every list and cycle
+# Units per engine in a worker's cycle when both run: on the reference pool the walker steps 2-3x as fast (`make
+# bench`) and a unit of each takes about as long (`WALKER_STEPS_PER_EXAMPLE`), so it gets about two thirds of the
+# time and most steps; Hypothesis keeps a third for what only it does (the example database, its shrinker, targeted
+# generation).
+UNIT_SHARE = {WALKER: 2, HYPOTHESIS: 1}
+# A walker unit of `examples` walks this many steps per example: twice a test case's 50 steps at most (Hypothesis's
+# cases average about 40), so that at the walker's speed its units last about as long as the machine's.
+WALKER_STEPS_PER_EXAMPLE = 2 * STEPS_PER_CASE
+WALKER_SWARM = "per-seed"  # a walker unit's swarm: drawn from its seed (`fuzz.walker.swarm`), not named
 
 
 def unit_seed(base: int, index: int, worker: int, workers: int, shard: int, shards: int) -> int:
@@ -28,6 +42,21 @@ def unit_seed(base: int, index: int, worker: int, workers: int, shard: int, shar
 def configurations(pools: Iterable[str], swarms: Iterable[str]) -> list[tuple[str, str]]:
     """Every (pool, swarm) pair, the pools alternating so that consecutive units change pool."""
     return [(pool, swarm) for swarm in swarms for pool in pools]
+
+
+def engine_cycle(engines: Iterable[str]) -> tuple[str, ...]:
+    """The engines of a worker's consecutive units, repeated: one engine alone, or each of them `UNIT_SHARE` times
+    in `ENGINES` order."""
+    chosen = [engine for engine in ENGINES if engine in set(engines)]
+    if len(chosen) == 1:
+        return tuple(chosen)
+    return tuple(engine for engine in chosen for _ in range(UNIT_SHARE[engine]))
+
+
+def engine_turns(cycle: tuple[str, ...], engine: str, positions: int) -> int:
+    """How many of the first `positions` positions of the repeated `cycle` are `engine`'s."""
+    laps, rest = divmod(positions, len(cycle))
+    return laps * cycle.count(engine) + cycle[:rest].count(engine)
 
 
 def unit_configuration(
@@ -46,7 +75,8 @@ def last_unit_examples(remaining_s: float, cases_per_s: float, examples: int) ->
 
 @dataclass(frozen=True)
 class Unit:
-    """One unit of work: who runs it, its place in that worker's stream, its seed, configuration and test cases."""
+    """One unit of work: who runs it, its place in that worker's stream, its seed, configuration and size (test
+    cases; a walker unit walks `WALKER_STEPS_PER_EXAMPLE` steps for each), and the engine that runs it."""
 
     worker: int
     index: int
@@ -54,6 +84,7 @@ class Unit:
     pool: str
     swarm: str
     examples: int
+    engine: str
 
 
 @dataclass(frozen=True)
@@ -71,35 +102,70 @@ class Plan:
     examples: int
     configs: tuple[tuple[str, str], ...]
     commit: str
+    engines: tuple[str, ...] = ENGINES
 
     def unit(self, index: int, worker: int, examples: int) -> Unit:
-        """Unit `index` of `worker`, running `examples` test cases."""
+        """Unit `index` of `worker`, of size `examples`: its engine from the worker's cycle, its configuration the
+        next of that engine's own (so that each engine walks every one of its configurations)."""
         seed = unit_seed(self.seed_base, index, worker, self.workers, *self.shard)
-        pool, swarm = unit_configuration(list(self.configs), index, worker, self.workers, self.shard[0])
-        return Unit(worker, index, seed, pool, swarm, examples)
+        offset = worker + (self.shard[0] - 1) * self.workers
+        cycle = engine_cycle(self.engines)
+        engine = cycle[(offset + index) % len(cycle)]
+        nth = engine_turns(cycle, engine, offset + index) - engine_turns(cycle, engine, offset)  # its earlier units
+        pool, swarm = unit_configuration(self.engine_configs(engine), nth, worker, self.workers, self.shard[0])
+        return Unit(worker, index, seed, pool, swarm, examples, engine)
+
+    def engine_configs(self, engine: str) -> list[tuple[str, str]]:
+        """The configurations `engine` walks: every pool/swarm pair for Hypothesis, every pool for the walker."""
+        if engine == WALKER:
+            return [(pool, WALKER_SWARM) for pool in dict.fromkeys(pool for pool, _ in self.configs)]
+        return list(self.configs)
 
     def rerun_command(self) -> str:
         faults = "".join(f" --fault {f}" for f in self.faults)
         return (
             f"python -m fuzz campaign --budget {self.budget_s:g}s --workers {self.workers} "
             f"--shard {self.shard[0]}/{self.shard[1]} --seed {self.seed_base} --target {self.target} "
-            f"--examples {self.examples} --db {self.db} --out {self.out}{faults}"
+            f"--engines {','.join(self.engines)} --examples {self.examples} --db {self.db} --out {self.out}{faults}"
         )
 
 
 def header(plan: Plan) -> list[str]:
     """The lines printed first: enough to rerun the campaign exactly."""
     shard, shards = plan.shard
-    configs = ", ".join(f"{pool}/{swarm}" for pool, swarm in plan.configs)
-    return [
+    cycle = engine_cycle(plan.engines)
+    offset = (shard - 1) * plan.workers
+    lines = [
         f"fuzz campaign: commit {plan.commit}, seed base {plan.seed_base}, shard {shard}/{shards}, "
         f"{plan.workers} workers, budget {plan.budget_s:g} s, target {plan.target}, "
         f"faults {', '.join(plan.faults) or 'none'}",
-        f"  unit: one Hypothesis run of {plan.examples} test cases of up to {STEPS_PER_CASE} steps (shrink at most "
-        f"{SHRINK_S} s; the last units before the budget run fewer); "
+        f"  engines {', '.join(cycle)} (worker w's unit k: position k + w + {offset} of that cycle); "
         f"seed of unit k of worker w: {plan.seed_base} + ((k * {plan.workers} + w) * {shards} + {shard - 1})",
-        f"  configuration space ({len(plan.configs)} pool/swarm pairs, worker w runs pair (k + w + "
-        f"{(shard - 1) * plan.workers}) mod {len(plan.configs)}): {configs}",
+    ]
+    for engine in ENGINES:
+        if engine in cycle:
+            lines += _engine_lines(plan, engine, offset)
+    return [
+        *lines,
         f"  example database {plan.db} (keyed by pool, swarm and faults); counterexamples and report in {plan.out}",
         f"  rerun: {plan.rerun_command()}",
+    ]
+
+
+def _engine_lines(plan: Plan, engine: str, offset: int) -> list[str]:
+    configs = plan.engine_configs(engine)
+    if engine == WALKER:
+        unit = (
+            f"a walk of {plan.examples * WALKER_STEPS_PER_EXAMPLE} steps from the seed, which draws its own swarm "
+            f"(walker shrink at most {SHRINK_S} s)"
+        )
+        space = f"{len(configs)} pools"
+    else:
+        unit = f"{plan.examples} test cases of up to {STEPS_PER_CASE} steps (shrink at most {SHRINK_S} s)"
+        space = f"{len(configs)} pool/swarm pairs"
+    names = ", ".join(f"{pool}/{swarm}" for pool, swarm in configs)
+    return [
+        f"  {engine} unit: {unit}; the last units before the budget are smaller",
+        f"  {engine} configurations ({space}; worker w's n-th {engine} unit runs (n + w + {offset}) mod "
+        f"{len(configs)}): {names}",
     ]

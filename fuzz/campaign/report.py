@@ -1,5 +1,7 @@
-"""A campaign's report in its `--out` folder: `report.json`, `report.md`, two plots and a regression test per
-finding (`regressions/`). A finding with no fault switch on the reference pool is a false alarm, listed first.
+"""A campaign's report in its `--out` folder: `report.json`, `report.md`, two plots (`workers.png`: steps per worker
+and each worker's steps/s over time; `coverage.png`: lifecycle corners, and abstract transitions per engine and in
+union, over time) and a regression test per finding (`regressions/`). A finding with no fault switch on the
+reference pool is a false alarm, listed first.
 
 Strings that come from counterexample files (failure kinds and ids, file names, re-check reasons) are quoted, not
 trusted: in Markdown every character that can start markup is backslash-escaped and control characters are shown
@@ -15,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.campaign.findings import found_line
-from fuzz.campaign.report_data import EXIT_FAILED
+from fuzz.campaign.report_data import EXIT_FAILED, worker_lines
+from fuzz.campaign.series import MAX_POINTS
 from fuzz.emit import emit
 from model.trace import TraceError, load, one_line, write_atomically
 
@@ -56,11 +59,19 @@ def _plots(out: Path, report: dict[str, Any]) -> list[str]:
 def _plot_workers(plt: Any, path: Path, report: dict[str, Any]) -> str:
     workers = report["per_worker"]
     labels = [str(w["worker"]) for w in workers]
-    fig, (steps_ax, rate_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig, (steps_ax, rate_ax, time_ax) = plt.subplots(1, 3, figsize=(13, 3.5))
     steps_ax.bar(labels, [w["steps"] for w in workers])
     steps_ax.set(title="lockstep steps per worker", xlabel="worker", ylabel="steps")
     rate_ax.bar(labels, [w["steps_per_s"] for w in workers], color="tab:orange")
     rate_ax.set(title="steps/s per worker", xlabel="worker", ylabel="steps/s")
+    drawn = [w for w in workers if w["series"]]
+    for w in drawn:
+        series = w["series"]  # each rate is that of the interval ending at its point: drawn back to the last one
+        times, rates = [0.0, *(p[0] for p in series)], [series[0][2], *(p[2] for p in series)]
+        time_ax.step(times, rates, where="pre", label=f"worker {w['worker']}")
+    time_ax.set(title="steps/s over time (a flat zero is a stall)", xlabel="elapsed seconds", ylabel="steps/s")
+    if 0 < len(drawn) <= 8:
+        time_ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -69,9 +80,16 @@ def _plot_workers(plt: Any, path: Path, report: dict[str, Any]) -> str:
 
 def _plot_coverage(plt: Any, path: Path, report: dict[str, Any]) -> str:
     points = [(0.0, 0), *report["coverage"], (report["elapsed_s"], len(report["corners"]))]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.step([p[0] for p in points], [p[1] for p in points], where="post")
-    ax.set(title="lifecycle-corner coverage", xlabel="elapsed seconds", ylabel="distinct corners reached")
+    fig, (corners_ax, moves_ax) = plt.subplots(1, 2, figsize=(11, 3.5))
+    corners_ax.step([p[0] for p in points], [p[1] for p in points], where="post")
+    corners_ax.set(title="lifecycle-corner coverage", xlabel="elapsed seconds", ylabel="distinct corners reached")
+    over_time = report["transitions_over_time"]
+    final = [report["elapsed_s"], *(report["transitions"][name] for name in over_time["columns"][1:])]
+    rows = [[0.0] * len(over_time["columns"]), *over_time["points"], final]
+    for column, name in enumerate(over_time["columns"][1:], start=1):
+        moves_ax.step([r[0] for r in rows], [r[column] for r in rows], where="post", label=name)
+    moves_ax.set(title="abstract transitions", xlabel="elapsed seconds", ylabel="distinct transitions reached")
+    moves_ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -88,7 +106,8 @@ def markdown(report: dict[str, Any]) -> str:
             "or the model is wrong, or the pool has a real bug.**",
             "",
         ]
-    lines += _run_section(report) + _findings_section(report) + _recheck_section(report) + _coverage_section(report)
+    lines += _run_section(report) + _findings_section(report) + _recheck_section(report)
+    lines += _coverage_section(report) + _throughput_section(report)
     return "\n".join(lines) + "\n"
 
 
@@ -109,7 +128,16 @@ def _run_section(report: dict[str, Any]) -> list[str]:
         f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
         f"of {report['examples_per_unit']} test cases",
         f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
+        f"- engines: {_names(report['engines'])}; each worker's units cycle through {_names(report['engine_cycle'])}",
         f"- rerun: {code(report['rerun'])}",
+        "",
+        "| engine | units | steps | seconds in units | steps/s | counterexamples | distinct transitions |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {text(e['engine'])} | {e['units']} | {e['steps']:,} | {e['seconds']:.0f} | {e['steps_per_s']:,.0f} "
+            f"| {e['counterexamples']} | {e['transitions']:,} |"
+            for e in report["per_engine"]
+        ),
         "",
         "| worker | units | steps | seconds | steps/s | CPU seconds | steps per CPU second |",
         "|---|---|---|---|---|---|---|",
@@ -158,17 +186,42 @@ def _recheck_section(report: dict[str, Any]) -> list[str]:
 
 
 def _coverage_section(report: dict[str, Any]) -> list[str]:
+    reached, over_time = report["transitions"], report["transitions_over_time"]
+    each = ", ".join(f"{text(name)} {count:,}" for name, count in reached.items() if name != "union")
     lines = [
-        "## Lifecycle corners",
+        "## Coverage: lifecycle corners and abstract transitions",
         "",
-        f"{len(report['corners'])} distinct corners reached.",
+        f"{len(report['corners'])} distinct corners reached; {reached['union']:,} distinct abstract transitions "
+        f"(shape, op, outcome) in union ({each}).",
         "",
         _image("coverage over time", COVERAGE_PNG, report),
+        "",
+        "| seconds | " + " | ".join(text(c) for c in over_time["columns"][1:]) + " |",
+        "|---" * len(over_time["columns"]) + "|",
+        *(f"| {' | '.join(f'{v:g}' for v in point)} |" for point in _thinned(over_time["points"])),
         "",
         "| corner | first reached (s) |",
         "|---|---|",
     ]
     return lines + [f"| {text(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
+
+
+def _thinned(points: list[list[float]], most: int = 12) -> list[list[float]]:
+    """At most `most` of `points`, evenly spaced, the last included: the table shows the trend, the plot the rest."""
+    step = max(1, -(-len(points) // most))
+    return [*points[:-1:step], points[-1]] if points else []
+
+
+def _throughput_section(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Throughput over time",
+        "",
+        f"Each worker's steps/s per interval are in `report.json` (`per_worker[].series`, at most {MAX_POINTS + 1} "
+        f"points however long the campaign); a stall is an interval of more than {report['stall_s']:g} s in which "
+        "its heartbeat showed no new step.",
+        "",
+    ]
+    return [*lines, *(f"- {text(line)}" for line in worker_lines(report)), ""]
 
 
 def _image(title: str, name: str, report: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
-"""A campaign's report as data (`report.json`): the plan, what each worker and unit did, the re-checks, the
-findings, and the exit code they make; and the summary line printed last."""
+"""A campaign's report as data (`report.json`): the plan, what each engine, worker and unit did (each worker's
+steps/s over time and its stalls), the transitions each engine reached over time, the re-checks, the findings, and
+the exit code they make; and the lines printed last."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.campaign.findings import found_line
-from fuzz.campaign.plan import STEPS_PER_CASE, Plan
+from fuzz.campaign.plan import STEPS_PER_CASE, WALKER_STEPS_PER_EXAMPLE, Plan, engine_cycle
 from fuzz.campaign.resume import INTERNAL_ERROR, Recheck
+from fuzz.campaign.series import STALL_S, Throughput
 from fuzz.campaign.tally import Tally
 from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 
@@ -34,6 +36,10 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "faults": list(plan.faults),
         "examples_per_unit": plan.examples,
         "steps_per_case": STEPS_PER_CASE,
+        "walker_steps_per_example": WALKER_STEPS_PER_EXAMPLE,
+        "engines": list(plan.engines),
+        "engine_cycle": list(engine_cycle(plan.engines)),
+        "per_engine": [_engine_stats(engine, tally) for engine in tally.engines],
         "db": str(plan.db),
         "configurations": [list(c) for c in plan.configs],
         "rerun": plan.rerun_command(),
@@ -41,8 +47,14 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "steps": steps,
         "steps_per_s": round(steps / max(elapsed, 1e-9), 1),
         "per_worker": [_worker_stats(w, tally) for w in range(plan.workers)],
+        "stall_s": STALL_S,
         "corners": dict(sorted(tally.corners.items(), key=lambda kv: kv[1])),
         "coverage": [list(point) for point in tally.coverage],
+        "transitions": {**{e: len(tally.transitions.get(e, ())) for e in tally.engines}, "union": len(tally.union)},
+        "transitions_over_time": {
+            "columns": ["seconds", *tally.engines, "union"],
+            "points": [list(point) for point in tally.transitions_over_time.points],
+        },
         "units": sorted(tally.units, key=lambda u: (u["worker"], u["index"])),
         "rechecked": [asdict(r) for r in rechecked],
         "groups": [g.as_json() for g in groups],
@@ -54,6 +66,7 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
 def _worker_stats(worker: int, tally: Tally) -> dict[str, Any]:
     steps, busy, cpu = tally.steps.get(worker, 0), tally.busy_s.get(worker, 0.0), tally.cpu_s.get(worker, 0.0)
     units = sum(1 for u in tally.units if u["worker"] == worker)
+    throughput = tally.throughput.get(worker, Throughput())
     return {
         "worker": worker,
         "steps": steps,
@@ -62,7 +75,42 @@ def _worker_stats(worker: int, tally: Tally) -> dict[str, Any]:
         "steps_per_s": round(steps / busy, 1) if busy > 0 else 0.0,
         "steps_per_cpu_s": round(steps / cpu, 1) if cpu > 0 else 0.0,
         "units": units,
+        "series": [list(point) for point in throughput.rates()],  # (seconds, steps, steps/s over the interval)
+        "stalls": [list(stall) for stall in throughput.stalls],
+        "stall_count": throughput.stall_count,
     }
+
+
+def _engine_stats(engine: str, tally: Tally) -> dict[str, Any]:
+    units = [u for u in tally.units if u["engine"] == engine]
+    steps, seconds = sum(u["steps"] for u in units), sum(u["seconds"] for u in units)
+    return {
+        "engine": engine,
+        "units": len(units),
+        "steps": steps,
+        "seconds": round(seconds, 2),
+        "steps_per_s": round(steps / seconds, 1) if seconds > 0 else 0.0,
+        "counterexamples": sum(1 for u in units if u["counterexample"]),
+        "transitions": len(tally.transitions.get(engine, ())),
+    }
+
+
+def worker_lines(report: dict[str, Any]) -> list[str]:
+    """A line per worker: its steps and rate, the slowest and fastest interval, and every stall longer than
+    `stall_s` (an interval with no new step), or that it had none."""
+    return [_worker_line(w, report["stall_s"]) for w in report["per_worker"]]
+
+
+def _worker_line(stats: dict[str, Any], stall_s: float) -> str:
+    rates = [point[2] for point in stats["series"]]
+    spread = f", {min(rates):,.0f} to {max(rates):,.0f} per interval" if rates else ""
+    line = f"worker {stats['worker']}: {stats['steps']:,} steps, {stats['steps_per_s']:,.0f} steps/s{spread}; "
+    if not stats["stall_count"]:
+        return line + f"no stall longer than {stall_s:g} s"
+    said = ", ".join(f"{a:.0f}-{b:.0f} s ({b - a:.0f} s)" for a, b in stats["stalls"])
+    more = stats["stall_count"] - len(stats["stalls"])
+    said += f" and {more} more" if more else ""
+    return line + f"STALLED {stats['stall_count']}x with no new step for over {stall_s:g} s: {said}"
 
 
 def summary(report: dict[str, Any], out: Path) -> str:

@@ -1,5 +1,6 @@
 """A whole campaign, start to report: print the plan, re-check `--out`, start the workers and watch them until each
-has finished or crashed (progress every 10 s), then write the report."""
+has finished or crashed (progress every 10 s), then write the report and print a line per worker (its throughput
+and stalls) and the verdict."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from fuzz.campaign.plan import Plan, header
 from fuzz.campaign.report import write_report
-from fuzz.campaign.report_data import report_data, summary
+from fuzz.campaign.report_data import report_data, summary, worker_lines
 from fuzz.campaign.resume import resume
 from fuzz.campaign.tally import Tally
 from fuzz.campaign.worker import worker_main
@@ -50,9 +51,10 @@ def run_campaign(
     for line in header(plan):
         say(line)
     plan.out.mkdir(parents=True, exist_ok=True)
-    tally = Tally(time.time())
+    tally = Tally(time.time(), engines=plan.engines)
     rechecked = resume(plan.out, tally.groups, say)
     crashed = supervise(plan, tally, say, worker)
+    tally.close(plan.workers)
     report = report_data(plan, tally, rechecked, crashed)
     write_report(plan.out, report)
     for group in report["groups"]:
@@ -65,6 +67,8 @@ def run_campaign(
                 file=err or sys.stderr,
                 flush=True,
             )
+    for line in worker_lines(report):
+        say(line)
     say(summary(report, plan.out))
     return CampaignResult(report["exit_code"], report)
 

@@ -2,15 +2,16 @@
 
 An engine is a `UnitRunner`: given the plan, the unit and the worker's hooks, it runs the unit, tells the hooks
 what it is counting and each counterexample the moment it is written, and returns a `UnitResult`. `run_unit` is
-the Hypothesis engine: the lockstep state machine, seeded, on the campaign's keyed example database.
+the Hypothesis engine: the lockstep state machine, seeded, on the campaign's keyed example database; it counts the
+walker's abstract transitions (`fuzz.walker.coverage`) too, so that both engines' coverage can be compared.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -19,19 +20,28 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 from hypothesis.stateful import get_state_machine_test
 
 from fuzz.campaign.database import campaign_database
-from fuzz.campaign.plan import SHRINK_S, STEPS_PER_CASE, Plan, Unit
-from fuzz.lockstep import StepFailed
+from fuzz.campaign.plan import HYPOTHESIS, SHRINK_S, STEPS_PER_CASE, Plan, Unit
+from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import POOLS, Profile
 from fuzz.run import delete_steps
+from fuzz.walker.coverage import Transition, outcome, shape
+from fuzz.walker.rules import ids_by_status
 from model.trace import Failure, Trace, dump
 
 
 class Progress(Protocol):
-    """What a running unit counts, read by the worker's heartbeat while the unit runs."""
+    """What a running unit counts, read by the worker's heartbeat while the unit runs: lockstep steps, lifecycle
+    corners and abstract transitions (each with how often it was reached)."""
 
-    total_steps: int
-    corners: dict[str, int]
+    @property
+    def total_steps(self) -> int: ...
+
+    @property
+    def corners(self) -> Mapping[str, int]: ...
+
+    @property
+    def transitions(self) -> Mapping[Transition, int]: ...
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class UnitResult:
     counterexample: str | None = None
     failure: dict[str, Any] | None = None
     shrunk: bool = False
+    engine: str = HYPOTHESIS
+    transitions: int = 0  # distinct abstract transitions the unit reached
 
 
 UnitRunner = Callable[[Plan, Unit, UnitHooks], UnitResult]
@@ -75,13 +87,51 @@ def bound_shrinking() -> None:
     hypothesis_engine.MAX_SHRINKING_SECONDS = SHRINK_S
 
 
+def unit_config(plan: Plan, unit: Unit) -> dict[str, Any]:
+    """The pool config a unit runs on: its pool shape on the campaign's target, with the campaign's faults."""
+    return {**POOLS[unit.pool], "target": plan.target, "faults": sorted(plan.faults)}
+
+
+@dataclass
+class CountingLockstep(Lockstep):
+    """The lockstep driver, counting the abstract transition of every step into `transitions` (shared by every
+    test case of a unit): the model state's shape before the step, the op, and what the step's corners say."""
+
+    transitions: dict[Transition, int] = field(default_factory=dict)
+
+    def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
+        state = self.model.state
+        before = shape(self.model.sizes, state, ids_by_status(state))
+        failure = super().step(op, inputs)
+        reached = (before, op, outcome(op, self.corners, failure.kind if failure else None))
+        self.transitions[reached] = self.transitions.get(reached, 0) + 1
+        return failure
+
+
+@dataclass
+class MachineProgress:
+    """A Hypothesis unit's running counts: the recorder's steps and corners, the drivers' transitions."""
+
+    recorder: Recorder
+    transitions: dict[Transition, int]
+
+    @property
+    def total_steps(self) -> int:
+        return self.recorder.total_steps
+
+    @property
+    def corners(self) -> dict[str, int]:
+        return self.recorder.corners
+
+
 def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
     """The Hypothesis engine: run one unit; a failure is written raw the moment it happens, and rewritten once
     shrunk (Hypothesis's shrink, then `delete_steps`)."""
-    config = {**POOLS[unit.pool], "target": plan.target, "faults": sorted(plan.faults)}
+    config = unit_config(plan, unit)
     path = plan.out / counterexample_name(plan.faults, unit.pool, unit.swarm, unit.seed)
     meta = {
         "source": "campaign",
+        "engine": HYPOTHESIS,
         "pool": unit.pool,
         "swarm": unit.swarm,
         "commit": plan.commit,
@@ -97,8 +147,11 @@ def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
             hooks.found(path)
 
     path_written: list[Path] = []
-    recorder = Recorder(config, unit.swarm, on_failure=keep_raw)
-    hooks.started(recorder)
+    transitions: dict[Transition, int] = {}
+    recorder = Recorder(
+        config, unit.swarm, driver=lambda c: CountingLockstep(c, transitions=transitions), on_failure=keep_raw
+    )
+    hooks.started(MachineProgress(recorder, transitions))
     test = _seeded(get_state_machine_test(build_machine(recorder), settings=_settings(plan, unit, config)), unit.seed)
     result = UnitResult(unit.worker, unit.index, unit.seed, unit.pool, unit.swarm, unit.examples, 0, 0, 0.0)
     start = time.perf_counter()
@@ -110,6 +163,7 @@ def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
         dump(Trace(config, unit.seed, steps, failure, {**meta, "shrunk": True}), path)
         result.counterexample, result.failure, result.shrunk = str(path), asdict(failure), True
     result.steps, result.cases, result.seconds = recorder.total_steps, recorder.cases, time.perf_counter() - start
+    result.transitions = len(transitions)
     return result
 
 

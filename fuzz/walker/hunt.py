@@ -49,14 +49,18 @@ def hunt(
     meta: dict[str, Any] | None = None,
     on_found: Callable[[Path], None] | None = None,
     on_sample: Callable[[Sample], None] | None = None,
+    walker: Walker | None = None,
+    path: Path | None = None,
 ) -> HuntResult:
-    """Walk `seed` on `config` for `steps` steps or `budget_s` seconds; write and shrink what fails."""
-    walker = Walker(config, seed, exclude)
+    """Walk `seed` on `config` for `steps` steps or `budget_s` seconds; write and shrink what fails. A caller may
+    hand in the `walker` (built on the same config, seed and exclusions: a campaign's counts its progress) and the
+    file's `path` (a campaign names its files its own way)."""
+    walker = walker or Walker(config, seed, exclude)
     walk = walker.run(steps, budget_s, on_sample)
     if walk.failure is None or walk.trace is None:
         return HuntResult(walk)
     info = {**_meta(config, walk, exclude), **(meta or {})}
-    path = counterexample_path(out, config, seed)
+    path = path or counterexample_path(out, config, seed)
     dump(Trace(config, seed, walk.trace.steps, walk.failure, {**info, "shrunk": False}), path)
     if on_found is not None:
         on_found(path)

@@ -18,7 +18,7 @@ from hypothesis.internal.conjecture import engine as hypothesis_engine
 from fuzz.__main__ import main as fuzz_main
 from fuzz.campaign.cli import parse_duration, parse_shard
 from fuzz.campaign.findings import DUPLICATE, NEW_GROUP, NEW_SHAPE, SEEN, add_finding
-from fuzz.campaign.plan import Plan, configurations, last_unit_examples, unit_configuration, unit_seed
+from fuzz.campaign.plan import HYPOTHESIS, Plan, configurations, last_unit_examples, unit_configuration, unit_seed
 from fuzz.campaign.report import markdown
 from fuzz.campaign.report_data import EXIT_FAILED
 from fuzz.campaign.supervisor import run_campaign
@@ -49,7 +49,8 @@ def test_killed_campaign_keeps_its_counterexample_and_a_rerun_rechecks_it(tmp_pa
     out = tmp_path / "out"
     log = (tmp_path / "first.log").open("w")
     proc = subprocess.Popen(
-        _campaign(out, "--budget", "10m", "--workers", "1", "--fault", FAULT, "--seed", "1"),
+        # Hypothesis's shrink takes seconds: the kill lands before it ends (the walker's takes milliseconds).
+        _campaign(out, "--budget", "10m", "--workers", "1", "--fault", FAULT, "--seed", "1", "--engines", "hypothesis"),
         cwd=ROOT,
         env=_env(),
         stdout=log,
@@ -107,6 +108,7 @@ def test_a_failing_step_is_on_disk_before_the_shrink(tmp_path: Path, monkeypatch
         50,
         tuple(configurations(["chunk-p1"], ["all"])),
         "test",
+        (HYPOTHESIS,),
     )
     seen: list[Trace] = []
     hooks = UnitHooks(lambda progress: None, lambda path: seen.append(load_trace(path, None)))
@@ -225,6 +227,12 @@ def test_a_false_alarm_heads_the_report() -> None:
         "crashed": {},
         "rechecked": [],
         "corners": {},
+        "engines": ["walker", "hypothesis"],
+        "engine_cycle": ["walker", "walker", "hypothesis"],
+        "per_engine": [],
+        "transitions": {"union": 0},
+        "transitions_over_time": {"columns": ["seconds", "union"], "points": []},
+        "stall_s": 45.0,
     }
     lines = markdown(report).splitlines()
     assert lines[0] == "# Fuzz campaign: 1 counterexamples, 1 finding (1 shape)"

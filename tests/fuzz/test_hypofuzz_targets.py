@@ -35,7 +35,7 @@ def test_a_target_runs_and_saves_under_the_campaign_keys(tmp_path: Path) -> None
     done = _pytest(targets_db, "-k", "chunk_p1__all")
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
     campaign = [sys.executable, "-m", "fuzz", "campaign", "--budget", "4s", "--workers", "1", "--examples", "3"]
-    campaign += ["--db", str(campaign_db), "--out", str(tmp_path / "out")]
+    campaign += ["--engines", "hypothesis", "--db", str(campaign_db), "--out", str(tmp_path / "out")]
     subprocess.run(campaign, cwd=ROOT, capture_output=True, check=True, timeout=300)
     saved = {p.name for p in targets_db.iterdir()}
     assert saved and saved <= {p.name for p in campaign_db.iterdir()}  # the campaign's first unit: chunk-p1/all

@@ -141,6 +141,12 @@ def _report(tmp_path: Path) -> dict[str, Any]:
         "rechecked": [{"file": name, "status": f"invalid: {HOSTILE}"}],
         "corners": {HOSTILE: 1.0},
         "coverage": [],
+        "engines": ["walker", "hypothesis"],
+        "engine_cycle": ["walker", "walker", "hypothesis"],
+        "per_engine": [],
+        "transitions": {"walker": 0, "hypothesis": 0, "union": 0},
+        "transitions_over_time": {"columns": ["seconds", "walker", "hypothesis", "union"], "points": []},
+        "stall_s": 45.0,
     }
 
 
