@@ -11,6 +11,16 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 # The pools runs fuzz: small, so that rows, slots and pages run out often.
 _SMALL = {"target": "reference", "device": "cpu", "rows": 4, "tokens": 64, "width": 32}
+_PD_DECODE = {
+    **_SMALL,
+    "rows": 2,
+    "row_pool": "decode",
+    "pre_alloc_size": 2,
+    "page_size": 1,
+    "cache": "chunk",
+    "speculative": True,
+    "need_sort": True,
+}
 # Eviction both ways: radix-p4 evicts only in its own step (the allocator's on-demand hook off), radix-p1 evicts on
 # demand inside allocation and retraction, as upstream ships it.
 POOLS: dict[str, dict[str, Any]] = {
@@ -18,16 +28,13 @@ POOLS: dict[str, dict[str, Any]] = {
     "chunk-p4": {**_SMALL, "page_size": 4, "cache": "chunk", "speculative": False},
     "radix-p1": {**_SMALL, "page_size": 1, "cache": "radix", "speculative": False, "evict_on_demand": True},
     "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
-    # The PD decode side of an EAGLE server: two running rows and two pre-allocation rows (DecodeReqToTokenPool).
-    "pd-p1": {
-        **_SMALL,
-        "rows": 2,
-        "row_pool": "decode",
-        "pre_alloc_size": 2,
-        "page_size": 1,
-        "cache": "chunk",
-        "speculative": True,
-    },
+    # The PD decode side of an EAGLE server: two running rows and two pre-allocation rows (DecodeReqToTokenPool),
+    # its allocator built with `need_sort` as a disaggregated server builds it (0.5.23
+    # `mem_cache/kv_cache_configurator.py`: `need_sort=disaggregation_mode in ("decode", "prefill")`), so frees
+    # wait in the release/staged pages until an allocation runs short and merges them. pd-p4 runs the paged
+    # allocator's staged pages (`staged_pages`, `num_staged_pages` from 0.5.20) through the scheduler's flows.
+    "pd-p1": {**_PD_DECODE},
+    "pd-p4": {**_PD_DECODE, "page_size": 4},
 }
 TARGET_NAMES = ("reference", "sglang")  # `--target` replaces a pool's target; the shapes are the same
 DEFAULT_POOL = POOLS["chunk-p1"]

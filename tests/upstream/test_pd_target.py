@@ -24,8 +24,9 @@ if importlib.util.find_spec("sglang") is None:
 
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
-from fuzz.targets import retarget
+from fuzz.targets import pool_config, retarget
 from fuzz.upstream_verify import ROOT, load_findings
+from fuzz.walker.walk import Walker
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
 from impl.upstream.dialects import load_dialect, paged_naive_path, supported_version
@@ -172,3 +173,20 @@ def test_a_planted_decode_side_bug_is_found_short(
     trace = load(found.counterexample)
     assert trace.failure is not None and trace.failure.id in kinds, trace.failure
     assert len(trace.steps) <= 4
+
+
+@pytest.mark.parametrize("shape", ["pd-p1", "pd-p4"])
+def test_an_allocator_that_never_merges_its_staged_frees_is_found(monkeypatch: pytest.MonkeyPatch, shape: str) -> None:
+    """A disaggregated server's allocator stages its frees (`need_sort`); one whose `merge_and_sort_free` does
+    nothing refuses an allocation the staged pages would cover. The walker finds it, and the same seed without the
+    plant walks clean."""
+    config = retarget({**POOLS[shape], "faults": []}, "sglang")
+    assert config["need_sort"]
+    allocator_class = type(SglangPool(pool_config(config)).allocator)
+    with monkeypatch.context() as patch:
+        patch.setattr(allocator_class, "merge_and_sort_free", lambda self: None)
+        found = next((r for seed in range(6) if (r := Walker(config, seed, _known_ops()).run(steps=600)).failure), None)
+    assert found is not None and found.failure is not None
+    assert found.failure.kind == "refused-legal", found.failure
+    clean = Walker(config, found.seed, _known_ops()).run(steps=found.steps)
+    assert clean.failure is None, clean.failure
