@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from fuzz.lockstep import Lockstep, StepFailed
-from fuzz.lockstep import batch_entries as lock_entries
 from fuzz.targets import target_ops
+from fuzz.unchecked import unchecked
 from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
@@ -265,29 +265,11 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         @rule(drawn=batch_entries)
         def unchecked_batch(self, drawn: list[tuple[int, int, int, int, int, int]]) -> None:
             """A batch the scheduler's budget does not screen: the allocation paths must refuse it if it does not
-            fit. Drawn where a shortfall fails the batch's first allocation, as upstream's fail-loud paths leave
-            the pool only then as it was: more admissions than free rows, or continuations only or decodes only
-            (no new row) with nothing the tree could evict first."""
+            fit. Drawn only where a shortfall fails the batch's first allocation (`fuzz.unchecked`)."""
             args = self._batch_args(drawn)
-            if args is not None and self._fails_first(args):
-                # A continuation asks for the rest of its row: the most slots a chunk can take.
-                state = self.lock.model.state
-                ops_of = {i: args[f"op{i}"] for i in range(args["size"])}
-                longest = {f"n{i}": width - state.rec_C.get(args[f"req{i}"]) for i, op in ops_of.items() if op == 1}
-                self._do("batch", {**args, **longest, "unchecked": 1})
-
-        def _fails_first(self, args: dict[str, int]) -> bool:
-            new_rows = sum(1 for i in range(args["size"]) if args[f"op{i}"] == 0 or self._rowless(args[f"req{i}"]))
-            if new_rows > self.lock.model.state.n_free_rows:
-                return True
-            target_pool = getattr(self.lock, "target", None)
-            one_kind = len({args[f"op{i}"] for i in range(args["size"])}) == 1  # continuations only, or decodes
-            if new_rows or not one_kind or target_pool is None or target_pool.short_alloc_crashes:
-                return False
-            return not (target_pool.config.evict_on_demand and target_pool.peek_batch_evictable(lock_entries(args)))
-
-        def _rowless(self, rid: int) -> bool:
-            return rid in self._ids(READMITTABLE)
+            sent = unchecked(self.lock, args) if args is not None else None
+            if sent is not None:
+                self._do("batch", sent)
 
         @precondition(lambda self: allowed("pd_prealloc") and self.out_of_group())
         @rule(fill=lengths)

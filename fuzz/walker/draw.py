@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from fuzz.unchecked import unchecked
 from fuzz.walker.rules import ANY, LEGAL, Param, Pick, candidates, drawn_params, open_now, rule_for
 from fuzz.walker.swarm import Swarm
 from model.actions import OBSERVED, Action
@@ -115,7 +116,8 @@ class Drawer:
 
     def _batch(self, lock: Any, groups: Groups) -> dict[str, int] | None:
         """Up to `MAX_BATCH` entries, each a different request drawn by its own op's rule: new admissions, next
-        chunks, re-admissions and decodes (a mixed batch where prefill and decode meet)."""
+        chunks, re-admissions and decodes (a mixed batch where prefill and decode meet); at the swarm's odds sent
+        unchecked where a shortfall would fail its first allocation (`fuzz.unchecked`)."""
         args: dict[str, int] = {}
         used: set[int] = set()
         for _ in range(self.rng.randint(1, MAX_BATCH)):
@@ -127,7 +129,12 @@ class Drawer:
             used.add(entry["req"])
             args[f"op{slot}"] = BATCH_OPS.index(op)
             args.update((f"{name}{slot}", value) for name, value in entry.items() if name in ENTRY_FIELDS)
-        return {"size": len(used), **args} if used else None
+        if not used:
+            return None
+        batch = {"size": len(used), **args}
+        if self.rng.random() < self.swarm.unchecked_odds:
+            return unchecked(lock, batch) or batch
+        return batch
 
     def _entry(self, lock: Any, groups: Groups, used: frozenset[int]) -> Drawn | None:
         options = []

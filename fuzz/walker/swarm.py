@@ -12,17 +12,21 @@ MAX_WEIGHT = 100
 WALK_STEPS = (16, 96)  # the steps of one walk from a fresh pool, drawn per seed
 SMALL_ODDS = (0.2, 0.8)  # the share of lengths drawn from the first few pages, drawn per seed
 OTHER_KIND_ODDS = (0.0, 0.25, 0.5)  # the share of admissions of a kind other than normal, one per seed
+# The share of batches sent unchecked where a shortfall fails their first allocation (`fuzz.unchecked`), so that
+# upstream's own out-of-memory refusals answer; one per seed.
+UNCHECKED_ODDS = (0.0, 0.3, 0.6)
 
 
 @dataclass(frozen=True)
 class Swarm:
-    """One seed's swarm: each op's weight (0: never drawn), the steps of a walk, how often a length is small and
-    how often an admission is of another kind than normal."""
+    """One seed's swarm: each op's weight (0: never drawn), the steps of a walk, how often a length is small, how
+    often an admission is of another kind than normal and how often a batch that may is sent unchecked."""
 
     weights: dict[str, int]
     walk_steps: int
     small_odds: float
     other_kind_odds: float
+    unchecked_odds: float
 
     def describe(self) -> str:
         """One line: the ops drawn with their weights, the walk's length, the length and kind mix."""
@@ -30,7 +34,8 @@ class Swarm:
         off = ",".join(sorted(op for op, w in self.weights.items() if not w)) or "none"
         return (
             f"walks of {self.walk_steps} steps, {self.small_odds:.0%} small lengths, "
-            f"{self.other_kind_odds:.0%} other kinds; weights {on}; off {off}"
+            f"{self.other_kind_odds:.0%} other kinds, {self.unchecked_odds:.0%} unchecked batches; weights {on}; "
+            f"off {off}"
         )
 
 
@@ -49,4 +54,5 @@ def draw_swarm(
             weights[companion] = rng.randint(1, MAX_WEIGHT)
     walk_steps = rng.randint(*WALK_STEPS)
     small_odds = rng.uniform(*SMALL_ODDS)
-    return Swarm(weights, walk_steps, small_odds, rng.choice(OTHER_KIND_ODDS))
+    other_kind_odds = rng.choice(OTHER_KIND_ODDS)
+    return Swarm(weights, walk_steps, small_odds, other_kind_odds, rng.choice(UNCHECKED_ODDS))

@@ -14,6 +14,7 @@ from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from fuzz.replay import replay
 from fuzz.targets import target_ops
+from fuzz.unchecked import unchecked
 from fuzz.walker.cli import main as walker_main
 from fuzz.walker.hunt import hunt
 from fuzz.walker.rules import EVERY_STATUS, FORBIDDEN, LEGAL, RULES, drawn_params, rule_for
@@ -82,6 +83,28 @@ def test_every_op_the_target_implements_is_drawn() -> None:
     for seed in range(8):
         drawn |= set(Walker(RADIX, seed).run(steps=400).ops)
     assert drawn == target_ops(RADIX)
+
+
+def test_the_walker_sends_batches_unchecked_and_the_allocation_paths_refuse_them() -> None:
+    """Some swarms send batches past the scheduler's budget (`fuzz.unchecked`): the allocation paths' own
+    out-of-memory refusals are reached, each one a batch whose first allocation fails."""
+    sent, refused = 0, 0
+    for seed in range(12):
+        walker = Walker(CHUNK, seed)
+        result = walker.run(steps=800)
+        assert result.failure is None, result.failure
+        batches = [step for step in walker.lock.steps if step.op == "batch" and step.args.get("unchecked")]
+        sent += len(batches)
+        refused += sum(1 for step in batches if not step.choice)
+    assert sent > 0 and refused > 0, (sent, refused)
+
+
+def test_an_unchecked_batch_is_drawn_only_where_its_first_allocation_fails() -> None:
+    lock = Lockstep(CHUNK)
+    one_admission = {"size": 1, "op0": 0, "req0": 0, "n0": 4, "prompt0": 4, "family0": 0, "kind0": 0}
+    assert unchecked(lock, one_admission) is None  # rows to spare: the rows succeed, a slot shortfall comes after
+    five = {"size": 5, **{f"{k}{i}": v for i in range(5) for k, v in (("op", 0), ("req", i), ("n", 4))}}
+    assert unchecked(lock, five) == {**five, "unchecked": 1}  # more admissions than the 4 free rows
 
 
 def test_an_op_the_table_does_not_name_is_derived_from_its_action() -> None:
