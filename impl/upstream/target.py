@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -29,6 +31,29 @@ from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from impl.upstream import pd, spec
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """Standard output dropped for the block, Python's and the process's file descriptor 1 both: an out-of-memory
+    refusal prints the tree, and from 0.5.21 the Rust tree core prints it straight to the descriptor, past
+    `sys.stdout`. Where the descriptor cannot be duplicated (no descriptor 1), only Python's is redirected."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        saved = -1
+    try:
+        if saved >= 0:
+            with open(os.devnull, "wb") as devnull:
+                os.dup2(devnull.fileno(), 1)
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        if saved >= 0:
+            os.dup2(saved, 1)
+            os.close(saved)
+
 
 # The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
 # naive torch path or its Triton kernels (interpreted on CPU). The reference's pure-Python oracle has no
@@ -426,7 +451,7 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _upstream(self, call: Callable[[], object]) -> None:
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # an out-of-memory refusal prints the whole tree
+            with quiet_stdout():  # an out-of-memory refusal prints the whole tree
                 call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}") from exc
