@@ -31,13 +31,16 @@ __all__ = ["EMPTY_TREE", "Dialect", "EvictionLog", "TreeView", "UnsupportedUpstr
 SETUP_HINT = "build a venv with `make sglang-setup` (upstream/setup.sh VERSION) and run under its python"
 # The class each `PoolConfig.tree_core` builds (`unified_cache/tree_core_registry.py`).
 TREE_CORE_CLASSES = {"rust": "RustUnifiedTreeCore", "python": "UnifiedTreeCore"}
+# The prefix of every attribute the adapter itself sets on upstream's objects (its bookkeeping, not a field upstream
+# keeps: the field inventory leaves them out).
+GLUE_ATTR_PREFIX = "_kvlife_"
 # Set by the adapter on a `Req` whose hand-written PP release freed its row but kept its tree lock (that release
 # never unlocks): without a lock handle, nothing else on the request says it still holds one.
-LOCK_KEPT = "_kvlife_lock_kept_without_row"
+LOCK_KEPT = f"{GLUE_ATTR_PREFIX}lock_kept_without_row"
 # Counted up on a `Req` each time the glue locks its matched node, so that a refused extend knows whether it took a
 # lock to give back: a handle compared by identity cannot tell where a rematch ends on the same node (0.5.19's node
 # ids are small ints, 0.5.18's nodes the same object).
-GLUE_LOCKS = "_kvlife_glue_locks"
+GLUE_LOCKS = f"{GLUE_ATTR_PREFIX}glue_locks"
 # The chunked-prefill size the factory's context names: chunking on, as the harness drives it (a chunk cache
 # is what sglang builds for `--disable-radix-cache` only when chunked prefill is on).
 CHUNKED_PREFILL_SIZE = 8192

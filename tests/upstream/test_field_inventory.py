@@ -35,7 +35,14 @@ if capabilities().version not in VERSIONS:
     )
 
 from impl.target import PoolConfig, Refused
-from impl.upstream.dialects import Dialect, load_dialect, paged_naive_path, supported_version, tree_cores
+from impl.upstream.dialects import (
+    GLUE_ATTR_PREFIX,
+    Dialect,
+    load_dialect,
+    paged_naive_path,
+    supported_version,
+    tree_cores,
+)
 from impl.upstream.fields import CLASSES, fields_of
 from impl.upstream.target import SglangPool
 
@@ -58,10 +65,13 @@ def shapes() -> list[PoolConfig]:
 
 
 def field_names(obj: object) -> set[str]:
-    """The instance fields of `obj`: its `__dict__`, else every `__slots__` of its classes."""
+    """The instance fields of `obj`: its `__dict__`, else every `__slots__` of its classes; never the attributes
+    the adapter itself sets on upstream's objects (`GLUE_ATTR_PREFIX`: its bookkeeping, not upstream's fields)."""
     if hasattr(obj, "__dict__"):
-        return set(vars(obj))
-    return {name for cls in type(obj).__mro__ for name in getattr(cls, "__slots__", ())}
+        names = set(vars(obj))
+    else:
+        names = {name for cls in type(obj).__mro__ for name in getattr(cls, "__slots__", ())}
+    return {name for name in names if not name.startswith(GLUE_ATTR_PREFIX)}
 
 
 def fingerprint(value: Any, depth: int = 0) -> Any:

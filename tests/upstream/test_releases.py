@@ -5,6 +5,7 @@ hand-made) wheel. Runs in every venv, sglang or not."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import tomllib
@@ -77,10 +78,18 @@ def test_a_word_that_is_no_version_is_refused() -> None:
         version_key("latest")
 
 
+_MAKE_VARIABLES = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "SGLANG", "SGLANG_SRC", "SGLANG_VENV_DIR")
+
+
 def test_make_reads_the_same_list() -> None:
-    dry = subprocess.run(["make", "-n", "sglang-setup"], cwd=ROOT, capture_output=True, text=True, check=True)
+    # Run under `make sglang-test SGLANG=V` (as CI's per-release jobs run it), the outer make's variables reach a
+    # nested make through MAKEFLAGS and the environment: this make must see none of them.
+    env = {k: v for k, v in os.environ.items() if k not in _MAKE_VARIABLES}
+    dry = subprocess.run(["make", "-n", "sglang-setup"], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
     assert " ".join(r.version for r in published_releases()) in dry.stdout
-    one = subprocess.run(["make", "-n", "sglang-setup", "SGLANG=0.5.20"], cwd=ROOT, capture_output=True, text=True)
+    one = subprocess.run(
+        ["make", "-n", "sglang-setup", "SGLANG=0.5.20"], cwd=ROOT, capture_output=True, text=True, env=env
+    )
     assert "for v in 0.5.20;" in one.stdout
 
 
