@@ -539,9 +539,18 @@ def _call(step: Step) -> str:
     return f"{step.op}(" + ", ".join(f"{k}={v}" for k, v in step.args.items()) + ")"
 
 
+def shares(total: int, parts: int) -> list[int]:
+    """`total` split over `parts` as evenly as whole numbers go, the first parts taking the remainder: `--random`
+    fewer than the pool shapes still draws that many traces."""
+    share, extra = divmod(total, parts) if parts else (0, 0)
+    return [share + (index < extra) for index in range(parts)]
+
+
 def random_traces(config: dict[str, Any], count: int) -> list[tuple[str, Trace]]:
     """`count` lockstep traces drawn by the fuzzer's rules for the upstream target's ops, run on the reference
-    (derandomized: the same count gives the same traces)."""
+    (derandomized: the same count gives the same traces); none for a count of 0."""
+    if count <= 0:
+        return []
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import get_state_machine_test
 
@@ -622,8 +631,8 @@ def verify(findings: list[Finding], version: str, out: Path, random_count: int, 
     check_findings(findings, version, report)
     check_components(version, report, cases)
     traces = [(p.stem, load(p)) for p in prover] + [(f.id, load(f.replay)) for f in findings]
-    for name, config in pools.items():
-        traces += [(f"{name}-{n}", t) for n, t in random_traces(config, random_count // max(len(pools), 1))]
+    for (name, config), count in zip(pools.items(), shares(random_count, len(pools)), strict=True):
+        traces += [(f"{name}-{n}", t) for n, t in random_traces(config, count)]
     differential(traces, findings, version, out / "differential", report)
     return report
 

@@ -15,3 +15,9 @@ def findings_on(version: str) -> frozenset[str]:
     no release names: a source checkout is expected to behave as the release it grew from)."""
     release = closest_release(version).version
     return frozenset(f.id for f in load_findings(FINDINGS) if release in f.versions)
+
+
+def offload_release_crashes_on(version: str, cache: str) -> bool:
+    """Whether the offload release crashes on this release's radix tree: the known finding
+    `offload-release-unified-crash` (it reads `protected_size_`, which `UnifiedRadixCache` lacks)."""
+    return cache == "radix" and "offload-release-unified-crash" in findings_on(version)

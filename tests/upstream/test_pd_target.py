@@ -34,6 +34,7 @@ from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
+from tests.upstream.known import offload_release_crashes_on
 
 VERSION = supported_version()
 BACKEND = "torch" if paged_naive_path() else "triton"  # without the kernel switch there is no naive path
@@ -90,6 +91,10 @@ def test_prealloc_decode_and_both_releases_match_the_reference(config: PoolConfi
         lambda p: p.pd_prealloc(2, 5),  # a known id
         lambda p: p.pd_prealloc(3, 33),  # past the row width
     ]
+    if offload_release_crashes_on(VERSION, config.cache):
+        with pytest.raises(AttributeError, match="protected_size_"):  # the known offload-release-unified-crash
+            run_observed(config, ops)
+        return
     upstream = run_observed(config, ops)
     assert upstream.snapshot().records[2].committed_len == 5
 

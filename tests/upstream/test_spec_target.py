@@ -37,6 +37,7 @@ from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
 from properties.invariants import check_snapshot
+from tests.upstream.known import offload_release_crashes_on
 
 VERSION = supported_version()
 BACKEND = "torch" if paged_naive_path() else "triton"  # without the kernel switch there is no naive path
@@ -106,6 +107,10 @@ def test_every_release_after_a_partial_commit_returns_every_slot(config: PoolCon
         lambda p: getattr(p, release)(0),
         lambda p: p.evict(64),
     ]
+    if release == "offload_release" and offload_release_crashes_on(VERSION, config.cache):
+        with pytest.raises(AttributeError, match="protected_size_"):  # the known offload-release-unified-crash
+            run_observed(config, ops)
+        return
     upstream = run_observed(config, ops)
     assert upstream.allocator.available_size() == config.tokens
 
