@@ -52,6 +52,8 @@ T = TypeVar("T")
 
 # SGLANG_RETRACT_DECODE_STEPS: a retraction evicts this many tree tokens per request still running.
 RETRACT_DECODE_STEPS = 20
+# A row table of at most this many entries is read into the snapshot in one `tolist` (else row by row).
+WHOLE_TABLE_LIMIT = 1 << 16
 
 
 class ReferencePool(SchedulerGlue[Req]):
@@ -380,13 +382,17 @@ class ReferencePool(SchedulerGlue[Req]):
     def clone(self) -> ReferencePool:
         """An independent copy of the whole pool (the release-path differential runs each path on one).
 
-        `copy.deepcopy`, with the config and fault set shared (both immutable) and each tensor that owns its
-        storage copied by `Tensor.clone()`: torch's own `__deepcopy__` costs about ten times more, and a copy
-        of a small pool is mostly tensors. Views keep torch's deepcopy, which preserves their aliasing."""
-        memo: dict[int, object] = {id(self.config): self.config, id(self.faults): self.faults}
+        `copy.deepcopy` of the object graph with the config and fault set shared (both immutable) and every
+        tensor shared but the row table, which is copied once (a view of it becomes the same view of the copy):
+        the row table is the only tensor the pool writes in place; every other one is replaced, never written,
+        when the pool changes (`torch.cat`, slices, `.to`), so sharing it is as good as a copy and costs nothing.
+        `tests/impl/test_clone.py` holds the pool to that, on every op."""
+        table = self.req_to_token_pool.req_to_token
+        copied = table.clone()
+        memo: dict[int, object] = {id(self.config): self.config, id(self.faults): self.faults, id(table): copied}
         dispatch = copy._deepcopy_dispatch  # type: ignore[attr-defined]
         saved = dispatch.get(torch.Tensor)
-        dispatch[torch.Tensor] = _clone_tensor
+        dispatch[torch.Tensor] = functools.partial(_share_tensor, table, copied)
         try:
             return copy.deepcopy(self, memo)
         finally:
@@ -404,13 +410,9 @@ class ReferencePool(SchedulerGlue[Req]):
     def snapshot(self) -> PoolSnapshot:
         """The pool's observable state now (copies: later steps do not change it)."""
         pool, tree = self.req_to_token_pool, self.tree
-        rows_total = pool.req_to_token.shape[0] - 1
-        row_slots = {
-            rid: pool.req_to_token[req.kv.req_pool_idx, : req.kv.kv_allocated_len].tolist()
-            for rid, req in self.reqs.items()
-            if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= rows_total
-        }
-        evictable, protected = tree.recount_sizes() if tree is not None else (0, 0)
+        table = pool.req_to_token.clone()
+        rows_total = table.shape[0] - 1
+        census = tree.census() if tree is not None else None
         empty = _empty_on(self.config.device)
         return PoolSnapshot(
             rows_total=rows_total,
@@ -420,7 +422,7 @@ class ReferencePool(SchedulerGlue[Req]):
             free_rows=list(pool.free_slots),
             row_generation=list(pool.req_generation),
             records={rid: self._record_view(req) for rid, req in self.reqs.items()},
-            row_slots=row_slots,
+            row_slots=_row_slots(table, self.reqs),
             free_slots=self.allocator.free_pages.clone(),
             release_slots=self.allocator.release_pages.clone(),
             evictable_size=self.cache.evictable_size(),
@@ -428,13 +430,13 @@ class ReferencePool(SchedulerGlue[Req]):
             cache=self.config.cache,
             speculative=self.config.speculative,
             num_pages=self.config.tokens // self.config.page_size,
-            tree_slots=tree.owned_slots() if tree is not None else empty,
-            evictable_slots=tree.owned_slots(unlocked_only=True) if tree is not None else empty,
-            evictable_recount=evictable,
+            tree_slots=census.slots if census is not None else empty,
+            evictable_slots=census.unlocked_slots if census is not None else empty,
+            evictable_recount=census.evictable if census is not None else 0,
             group_open=self.allocator.free_group is not None,
             pending_pages=self.allocator.pending_pages(),
-            protected_recount=protected,
-            req_to_token=pool.req_to_token.clone(),
+            protected_recount=census.protected if census is not None else 0,
+            req_to_token=table,
         )
 
     # -- internals --------------------------------------------------------------------------------------
@@ -550,6 +552,21 @@ class ReferencePool(SchedulerGlue[Req]):
         )
 
 
+def _row_slots(table: torch.Tensor, reqs: dict[int, Req]) -> dict[int, list[int]]:
+    """Each holding record's row `[0, A)` of `table` (a copy of the row table), read in one transfer where the
+    table is small (most pools the harness steps), else row by row."""
+    rows_total = table.shape[0] - 1
+    held = [
+        (rid, req.kv.req_pool_idx, req.kv.kv_allocated_len)
+        for rid, req in reqs.items()
+        if req.kv.req_pool_idx is not None and 1 <= req.kv.req_pool_idx <= rows_total
+    ]
+    if table.numel() <= WHOLE_TABLE_LIMIT:
+        rows = table.tolist()
+        return {rid: rows[row][:allocated] for rid, row, allocated in held}
+    return {rid: table[row, :allocated].tolist() for rid, row, allocated in held}
+
+
 @functools.cache
 def _empty_on(device: str) -> torch.Tensor:
     """One empty int64 tensor per device, shared by every snapshot (nothing writes into an empty tensor)."""
@@ -603,26 +620,9 @@ def _allocator(config: PoolConfig) -> Allocator:
     return PagedTokenToKVPoolAllocator(config.tokens, config.page_size, config.device, config.need_sort, backend)
 
 
-def _clone_tensor(tensor: torch.Tensor, memo: dict[int, object]) -> torch.Tensor:
-    """deepcopy's copier for tensors while `ReferencePool.clone` runs: a view becomes the same view of its
-    base's copy, so tensors that shared storage still share it (as torch's deepcopy keeps them)."""
-    base = tensor._base
-    if tensor.requires_grad or not _plain(base if base is not None else tensor):
-        return tensor.__deepcopy__(memo)
-    if base is None:
-        copied = tensor.clone()
-    else:
-        base_copy = memo.get(id(base))
-        if base_copy is None:
-            base_copy = _clone_tensor(base, memo)
-        assert isinstance(base_copy, torch.Tensor)
-        copied = base_copy.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
-    memo[id(tensor)] = copied
-    return copied
-
-
-def _plain(root: torch.Tensor) -> bool:
-    """A tensor whose storage is exactly its own contiguous elements, so `clone()` copies the storage."""
-    if root.is_sparse or not root.is_contiguous() or root.storage_offset() != 0:
-        return False
-    return root.untyped_storage().nbytes() == root.numel() * root.element_size()
+def _share_tensor(table: torch.Tensor, copied: torch.Tensor, tensor: torch.Tensor, memo: dict[int, object]) -> object:
+    """deepcopy's copier for tensors while `ReferencePool.clone` runs: a view of the row table becomes the same
+    view of its copy; any other tensor is shared (the pool never writes one in place)."""
+    if tensor._base is table:
+        return memo.setdefault(id(tensor), copied.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset()))
+    return tensor

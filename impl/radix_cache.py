@@ -11,6 +11,7 @@ import copy
 import heapq
 import itertools
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +20,17 @@ from impl.faults import NO_FAULTS, FaultSet
 from impl.prefix_cache import RowRelease
 from impl.records import Req
 from impl.req_pool import ContractViolation, ReqToTokenPool
+
+
+@dataclass(frozen=True)
+class TreeCensus:
+    """What one walk over the tree's nodes finds: the slots it owns (`slots`), those on unlocked nodes
+    (`unlocked_slots`), and the token counts of unlocked and locked nodes."""
+
+    slots: torch.Tensor
+    unlocked_slots: torch.Tensor
+    evictable: int
+    protected: int
 
 
 def _require(condition: bool, message: str) -> None:
@@ -168,6 +180,20 @@ class RadixCache(RowRelease):
         evictable = sum(len(n.key) for n in self._nodes() if n.lock_ref == 0)
         protected = sum(len(n.key) for n in self._nodes() if n.lock_ref > 0)
         return evictable, protected
+
+    def census(self) -> TreeCensus:
+        """One walk over the nodes: every slot the tree owns, those on unlocked nodes, and the recounted
+        (evictable, protected) token counts (what `owned_slots` and `recount_sizes` say, in one pass)."""
+        values, unlocked, evictable, protected = [], [], 0, 0
+        for node in self._nodes():
+            values.append(node.value)
+            if node.lock_ref == 0:
+                unlocked.append(node.value)
+                evictable += len(node.key)
+            else:
+                protected += len(node.key)
+        slots = torch.cat(values) if values else self._empty()
+        return TreeCensus(slots, torch.cat(unlocked) if unlocked else self._empty(), evictable, protected)
 
     def owned_slots(self, unlocked_only: bool = False) -> torch.Tensor:
         """Every KV slot the tree owns (only those on unlocked nodes with `unlocked_only`), one per cached token."""

@@ -15,7 +15,30 @@ from hypothesis import strategies as st
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, PoolSnapshot, Refused
 
-OPS = ["admit", "extend", "decode", "spec_prepare", "spec_commit", "finish", "retract", "abort", "pp_release", "evict"]
+OPS = [
+    "admit",
+    "extend",
+    "decode",
+    "spec_prepare",
+    "spec_commit",
+    "finish",
+    "retract",
+    "abort",
+    "pp_release",
+    "pp_release_manual",
+    "offload_release",
+    "evict",
+    "flush",
+    "group_begin",
+    "group_end",
+    "dllm_stash",
+    "release_again",
+    "free_row",
+    "reuse_released",
+    "batch",
+]
+# A request finished into the tree, another holding a row and a lock: tensors of every kind before the ops run.
+PROLOGUE = [("admit", 0, 6), ("extend", 0, 2), ("decode", 0, 1), ("finish", 0, 1), ("admit", 1, 6)]
 op_lists = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(1, 12)), max_size=25)
 
 
@@ -26,6 +49,12 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "spec_prepare": lambda: pool.spec_prepare(rid, n % 4 + 1),
         "spec_commit": lambda: pool.spec_commit(rid, n % 4 + 1),
         "evict": lambda: pool.evict(n),
+        "offload_release": lambda: pool.offload_release(rid, n % 2),
+        "flush": pool.flush,
+        "group_begin": pool.group_begin,
+        "group_end": pool.group_end,
+        "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),
+        "batch": lambda: pool.batch([("admit", {"req": rid, "n": n, "family": 0}), ("decode", {"req": (rid + 1) % 4})]),
     }
     with contextlib.suppress(Refused):
         calls.get(op, lambda: getattr(pool, op)(rid))()
@@ -73,11 +102,49 @@ def test_a_clone_behaves_as_the_pool_and_shares_nothing_with_it(
     assert _state(clone.snapshot()) == cloned
 
 
-def test_tensors_that_shared_storage_still_share_it_in_the_clone() -> None:
+def test_a_view_of_the_row_table_is_the_same_view_of_the_copy() -> None:
     pool = _pool(1)
-    base = torch.arange(8, dtype=torch.int64)
-    pool.reqs_aux = (base, base[2:6])  # type: ignore[attr-defined]
-    copied_base, copied_view = pool.clone().reqs_aux  # type: ignore[attr-defined]
-    copied_base[3] = 99
-    assert copied_view[1] == 99 and base[3] == 3
-    assert copied_base.data_ptr() != base.data_ptr()
+    pool.reqs_aux = pool.req_to_token_pool.req_to_token[2, 4:8]  # type: ignore[attr-defined]
+    clone = pool.clone()
+    clone.req_to_token_pool.req_to_token[2, 5] = 99
+    assert clone.reqs_aux[1] == 99  # type: ignore[attr-defined]
+    assert pool.req_to_token_pool.req_to_token[2, 5] != 99 and pool.reqs_aux[1] != 99  # type: ignore[attr-defined]
+
+
+def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
+    """Every tensor reachable from `obj` through attributes, slots, dicts, lists and tuples."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or isinstance(obj, (int, str, float, bool, type(None))):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        children: list[Any] = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    else:
+        fields = dict(getattr(obj, "__dict__", {}))
+        fields.update((name, getattr(obj, name)) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name))
+        children = list(fields.values())
+    return [t for child in children for t in _tensors(child, seen)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(page_size=st.sampled_from([1, 4]), before=op_lists, after=op_lists)
+def test_the_pool_writes_no_tensor_in_place_but_its_row_table(
+    page_size: int, before: list[Any], after: list[Any]
+) -> None:
+    """What lets `clone` share every other tensor: no op writes into one (each change makes a new tensor)."""
+    pool = _pool(page_size)
+    for step in PROLOGUE:
+        _apply(pool, *step)
+    assert pool.tree is not None and pool.tree.census().slots.numel() > 0
+    for step in before:
+        _apply(pool, *step)
+    table = pool.req_to_token_pool.req_to_token
+    kept = [(t, t.clone()) for t in _tensors(pool) if t is not table and t._base is not table]
+    for step in after:
+        _apply(pool, *step)
+    for tensor, was in kept:
+        assert torch.equal(tensor, was), "an op wrote into a tensor the pool keeps, which clones share"
