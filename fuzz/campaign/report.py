@@ -127,15 +127,18 @@ def _run_section(report: dict[str, Any]) -> list[str]:
         f"{report['workers']} workers, target {text(report['target'])}, faults {_names(report['faults'])}",
         f"- budget {report['budget_s']:g} s, elapsed {report['elapsed_s']:.0f} s, {len(report['units'])} units "
         f"of {report['examples_per_unit']} test cases",
-        f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s",
+        f"- {report['steps']:,} lockstep steps, {report['steps_per_s']:,.0f} steps/s: "
+        f"{report['steps_per_core_hour'] / 1e6:.2f} million per core-hour ({report['workers']} workers over the "
+        f"elapsed time), {report['steps_per_cpu_hour'] / 1e6:.2f} million per CPU-hour of the workers",
         f"- engines: {_names(report['engines'])}; each worker's units cycle through {_names(report['engine_cycle'])}",
         f"- rerun: {code(report['rerun'])}",
         "",
-        "| engine | units | steps | seconds in units | steps/s | counterexamples | distinct transitions |",
-        "|---|---|---|---|---|---|---|",
+        "| engine | units | steps | seconds in units | steps/s | M steps per core-hour | counterexamples "
+        "| distinct transitions |",
+        "|---|---|---|---|---|---|---|---|",
         *(
             f"| {text(e['engine'])} | {e['units']} | {e['steps']:,} | {e['seconds']:.0f} | {e['steps_per_s']:,.0f} "
-            f"| {e['counterexamples']} | {e['transitions']:,} |"
+            f"| {e['steps_per_core_hour'] / 1e6:.2f} | {e['counterexamples']} | {e['transitions']:,} |"
             for e in report["per_engine"]
         ),
         "",

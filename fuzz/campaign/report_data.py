@@ -18,6 +18,8 @@ from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL
 
 EXIT_FAILED = EXIT_INTERNAL  # the campaign itself failed: a worker crashed, or re-checking --out crashed kvlife
 
+SECONDS_PER_HOUR = 3600.0
+
 
 def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dict[int, str]) -> dict[str, Any]:
     """The report: 70 if a worker crashed or a re-check crashed kvlife, else 1 if anything was found, else 0."""
@@ -46,6 +48,8 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "elapsed_s": round(elapsed, 2),
         "steps": steps,
         "steps_per_s": round(steps / max(elapsed, 1e-9), 1),
+        "steps_per_core_hour": round(steps / max(elapsed * plan.workers, 1e-9) * SECONDS_PER_HOUR),
+        "steps_per_cpu_hour": round(steps / max(sum(tally.cpu_s.values()), 1e-9) * SECONDS_PER_HOUR),
         "per_worker": [_worker_stats(w, tally) for w in range(plan.workers)],
         "stall_s": STALL_S,
         "corners": dict(sorted(tally.corners.items(), key=lambda kv: kv[1])),
@@ -90,6 +94,8 @@ def _engine_stats(engine: str, tally: Tally) -> dict[str, Any]:
         "steps": steps,
         "seconds": round(seconds, 2),
         "steps_per_s": round(steps / seconds, 1) if seconds > 0 else 0.0,
+        # A unit runs on one worker's core: its steps per second there, per hour, are per core-hour.
+        "steps_per_core_hour": round(steps / seconds * SECONDS_PER_HOUR) if seconds > 0 else 0,
         "counterexamples": sum(1 for u in units if u["counterexample"]),
         "transitions": len(tally.transitions.get(engine, ())),
     }
@@ -124,5 +130,6 @@ def summary(report: dict[str, Any], out: Path) -> str:
     }[report["exit_code"]]
     return (
         f"fuzz campaign: {verdict}; {report['steps']:,} steps in {report['elapsed_s']:.0f} s "
-        f"({report['steps_per_s']:,.0f} steps/s); report in {out / 'report.md'}"
+        f"({report['steps_per_s']:,.0f} steps/s, {report['steps_per_core_hour'] / 1e6:.2f} M per core-hour); report "
+        f"in {out / 'report.md'}"
     )

@@ -222,6 +222,8 @@ def test_a_false_alarm_heads_the_report() -> None:
         "examples_per_unit": 1,
         "steps": 0,
         "steps_per_s": 0.0,
+        "steps_per_core_hour": 0,
+        "steps_per_cpu_hour": 0,
         "rerun": "x",
         "per_worker": [],
         "crashed": {},

@@ -135,6 +135,8 @@ def _report(tmp_path: Path) -> dict[str, Any]:
         "examples_per_unit": 1,
         "steps": 0,
         "steps_per_s": 0.0,
+        "steps_per_core_hour": 0,
+        "steps_per_cpu_hour": 0,
         "rerun": HOSTILE,
         "per_worker": [],
         "crashed": {"0": HOSTILE},
