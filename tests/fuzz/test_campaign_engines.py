@@ -180,8 +180,8 @@ def test_a_mixed_campaign_reports_units_and_transitions_of_both_engines(tmp_path
     for engine in (WALKER, HYPOTHESIS):
         mine = [u for u in units if u["engine"] == engine]
         assert by_engine[engine]["units"] == len(mine) and by_engine[engine]["steps"] == sum(u["steps"] for u in mine)
-        seconds = sum(u["seconds"] for u in mine)
-        assert by_engine[engine]["steps_per_core_hour"] == pytest.approx(by_engine[engine]["steps"] / seconds * 3600, 0.01)
+        per_hour = by_engine[engine]["steps"] / sum(u["seconds"] for u in mine) * 3600
+        assert by_engine[engine]["steps_per_core_hour"] == pytest.approx(per_hour, 0.01)
     elapsed_cores = report["elapsed_s"] * report["workers"]
     assert report["steps_per_core_hour"] == pytest.approx(report["steps"] / elapsed_cores * 3600, 0.01)
     assert all(w["series"] and w["series"][-1][1] == w["steps"] for w in report["per_worker"])
