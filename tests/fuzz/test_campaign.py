@@ -230,7 +230,7 @@ def test_a_false_alarm_heads_the_report() -> None:
         "rechecked": [],
         "corners": {},
         "engines": ["walker", "hypothesis"],
-        "engine_cycle": ["walker", "walker", "hypothesis"],
+        "engine_cycle": ["walker", "walker", "walker", "hypothesis"],
         "per_engine": [],
         "transitions": {"union": 0},
         "transitions_over_time": {"columns": ["seconds", "union"], "points": []},

@@ -66,20 +66,20 @@ def _plan(tmp: Path, **changes: Any) -> Plan:
 # -- the plan ----------------------------------------------------------------------------------------------------
 
 
-def test_both_engines_share_each_worker_two_to_one_and_walk_all_their_configurations(tmp_path: Path) -> None:
+def test_both_engines_share_each_worker_three_to_one_and_walk_all_their_configurations(tmp_path: Path) -> None:
     plan = _plan(tmp_path, workers=3, shard=(2, 3))
     walker_pools = [(pool, WALKER_SWARM) for pool in dict.fromkeys(pool for pool, _ in plan.configs)]
     seeds = set()
     for worker in range(3):
-        units = [plan.unit(k, worker, 2) for k in range(3 * len(plan.configs))]
-        assert Counter(u.engine for u in units) == {WALKER: 2 * len(plan.configs), HYPOTHESIS: len(plan.configs)}
+        units = [plan.unit(k, worker, 2) for k in range(4 * len(plan.configs))]
+        assert Counter(u.engine for u in units) == {WALKER: 3 * len(plan.configs), HYPOTHESIS: len(plan.configs)}
         assert {(u.pool, u.swarm) for u in units if u.engine == HYPOTHESIS} == set(plan.configs)
         assert {(u.pool, u.swarm) for u in units if u.engine == WALKER} == set(walker_pools)
         seeds |= {u.seed for u in units}
         assert all(u.seed == unit_seed(1, u.index, worker, 3, 2, 3) for u in units)
-    assert len(seeds) == 3 * 3 * len(plan.configs)  # no two units of any engine, worker or shard share a seed
-    shifted = _plan(tmp_path, workers=2, shard=(2, 2))  # shard 2 starts 2 workers on: positions 2 and 3 of the cycle
-    assert [shifted.unit(0, w, 2).engine for w in range(2)] == [HYPOTHESIS, WALKER]
+    assert len(seeds) == 3 * 4 * len(plan.configs)  # no two units of any engine, worker or shard share a seed
+    shifted = _plan(tmp_path, workers=3, shard=(2, 2))  # shard 2 starts 3 workers on: positions 3, 4 and 5
+    assert [shifted.unit(0, w, 2).engine for w in range(3)] == [HYPOTHESIS, WALKER, WALKER]
 
 
 def test_one_engine_alone_plans_the_units_it_always_planned(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_a_hypothesis_unit_counts_a_transition_for_every_step(tmp_path: Path) ->
 
 
 def test_a_mixed_campaign_reports_units_and_transitions_of_both_engines(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, workers=3, budget_s=2.0)  # the first units of workers 0, 1, 2: walker, walker, hypothesis
+    plan = _plan(tmp_path, workers=4, budget_s=2.0)  # the first units of workers 0-3: walker x3, hypothesis
     result = run_campaign(plan, out=io.StringIO(), err=io.StringIO())
     report = json.loads((plan.out / "report.json").read_text())
     assert result.exit_code == 0 and report["engines"] == [WALKER, HYPOTHESIS]
@@ -191,8 +191,8 @@ def test_a_mixed_campaign_reports_units_and_transitions_of_both_engines(tmp_path
 
 def test_both_engines_findings_land_in_one_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(unit_module, "SHRINK_S", 2)  # the workers fork: Hypothesis's shrink stops after 2 s
-    # Worker 2's first unit is Hypothesis with seed 3, which finds the fault within 50 test cases.
-    plan = _plan(tmp_path, workers=3, faults=(FAULT,), configs=CHUNK, examples=50)
+    # Worker 3's first unit is Hypothesis with seed 4, which finds the fault within 50 test cases.
+    plan = _plan(tmp_path, workers=4, faults=(FAULT,), configs=CHUNK, examples=50)
     result = run_campaign(plan, out=io.StringIO(), err=io.StringIO())
     assert result.exit_code == 1
     ((group,),) = [result.report["groups"]]

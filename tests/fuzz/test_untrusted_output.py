@@ -144,7 +144,7 @@ def _report(tmp_path: Path) -> dict[str, Any]:
         "corners": {HOSTILE: 1.0},
         "coverage": [],
         "engines": ["walker", "hypothesis"],
-        "engine_cycle": ["walker", "walker", "hypothesis"],
+        "engine_cycle": ["walker", "walker", "walker", "hypothesis"],
         "per_engine": [],
         "transitions": {"walker": 0, "hypothesis": 0, "union": 0},
         "transitions_over_time": {"columns": ["seconds", "walker", "hypothesis", "union"], "points": []},
