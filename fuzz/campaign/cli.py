@@ -117,7 +117,7 @@ def add_flags(c: argparse.ArgumentParser) -> None:
         default=DEFAULT_EXAMPLES,
         metavar="N",
         help=f"test cases per unit (default {DEFAULT_EXAMPLES}: about 10 s on one core); a walker unit walks "
-        f"{WALKER_STEPS_PER_EXAMPLE} steps per test case",
+        + " and ".join(f"{n} steps per test case on the {t} target" for t, n in WALKER_STEPS_PER_EXAMPLE.items()),
     )
 
 

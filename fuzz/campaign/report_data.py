@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.campaign.findings import found_line
-from fuzz.campaign.plan import STEPS_PER_CASE, WALKER_STEPS_PER_EXAMPLE, Plan, engine_cycle
+from fuzz.campaign.plan import STEPS_PER_CASE, Plan, engine_cycle
 from fuzz.campaign.resume import INTERNAL_ERROR, Recheck
 from fuzz.campaign.series import STALL_S, Throughput
 from fuzz.campaign.tally import Tally
@@ -38,7 +38,7 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "faults": list(plan.faults),
         "examples_per_unit": plan.examples,
         "steps_per_case": STEPS_PER_CASE,
-        "walker_steps_per_example": WALKER_STEPS_PER_EXAMPLE,
+        "walker_steps_per_example": plan.walker_steps,
         "engines": list(plan.engines),
         "engine_cycle": list(engine_cycle(plan.engines)),
         "per_engine": [_engine_stats(engine, tally) for engine in tally.engines],

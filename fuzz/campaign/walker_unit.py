@@ -1,5 +1,5 @@
 """The seeded walker as a campaign engine (`run_walker_unit`, a `UnitRunner`): the unit's seed walks the unit's
-pool for `examples x WALKER_STEPS_PER_EXAMPLE` steps, counting what the heartbeat reads as it goes; a failure is
+pool for `examples x Plan.walker_steps` steps, counting what the heartbeat reads as it goes; a failure is
 written raw at once, then shrunk by the walker's own shrinker and written again over it (`fuzz.walker.hunt`).
 
 The unit's swarm name is not used: the walker draws its own swarm from the seed (`fuzz.walker.swarm`), so walker
@@ -14,7 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fuzz.campaign.plan import SHRINK_S, WALKER, WALKER_STEPS_PER_EXAMPLE, Plan, Unit
+from fuzz.campaign.plan import SHRINK_S, WALKER, Plan, Unit
 from fuzz.campaign.unit import UnitHooks, UnitResult, counterexample_name, unit_config
 from fuzz.walker.coverage import Transition
 from fuzz.walker.hunt import hunt
@@ -63,7 +63,7 @@ def run_walker_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
         config,
         unit.seed,
         plan.out,
-        steps=unit.examples * WALKER_STEPS_PER_EXAMPLE,
+        steps=unit.examples * plan.walker_steps,
         shrink_s=SHRINK_S,
         meta=meta,
         on_found=hooks.found,

@@ -27,6 +27,7 @@ from fuzz.campaign.plan import (
     Plan,
     Unit,
     configurations,
+    header,
     unit_configuration,
     unit_seed,
 )
@@ -40,6 +41,7 @@ from fuzz.campaign.worker import Heartbeat
 from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS
 from fuzz.replay import load_trace
+from fuzz.targets import TARGETS
 from fuzz.walker.cli import main as walker_main
 
 FAULT = "legacy_reuse_guard"
@@ -142,7 +144,7 @@ def test_a_clean_walker_unit_walks_its_share_of_steps(tmp_path: Path) -> None:
     plan = _plan(tmp_path, configs=CHUNK, engines=(WALKER,))
     started: list[Progress] = []
     result = run_walker_unit(plan, plan.unit(0, 0, 2), _hooks([], started))
-    assert result.counterexample is None and result.steps == 2 * WALKER_STEPS_PER_EXAMPLE
+    assert result.counterexample is None and result.steps == 2 * WALKER_STEPS_PER_EXAMPLE["reference"]
     assert started[0].total_steps == result.steps and result.cases >= 1
 
 
@@ -316,3 +318,12 @@ def test_the_heartbeat_sends_each_transition_once_per_engine() -> None:
     for message in queue:
         sent.setdefault(message[6], []).extend(message[7])
     assert sorted(sent[WALKER]) == [a, b] and sent[HYPOTHESIS] == [a]
+
+
+def test_a_walker_unit_walks_its_targets_steps_per_example(tmp_path: Path) -> None:
+    """Units of either engine last about as long on each target: the walker's steps per example follow the target."""
+    assert set(WALKER_STEPS_PER_EXAMPLE) == set(TARGETS)
+    for target, steps in WALKER_STEPS_PER_EXAMPLE.items():
+        plan = _plan(tmp_path, target=target)
+        assert plan.walker_steps == steps
+        assert any(f"a walk of {plan.examples * steps} steps" in line for line in header(plan))
