@@ -144,6 +144,8 @@ class PagedTokenToKVPoolAllocator(BaseTokenToKVPoolAllocator):
             self._release_page_ids(torch.cat(reps) // self.page_size)
 
     def pending_pages(self) -> torch.Tensor:
+        if not self.free_page_reps_group:
+            return super().pending_pages()
         reps = [r // self.page_size for r in self.free_page_reps_group]
         return torch.cat([super().pending_pages(), *reps])
 
