@@ -2,10 +2,12 @@
 replayed on a fresh pool (`fuzz.replay.replay`) and kept only if it fails with the same kind and id.
 
 The passes, repeated until none makes progress or the time is spent: delete runs of steps (halves, quarters,
-... single steps, as delta debugging does); give requests the earliest ids (in order of first use); drop batch
-entries, and turn a batch of one into its op; lower each argument to the smallest value that still fails
-(its least value, half of it, one less). Every kept candidate is the replay's own steps, with the pool's choices
-and what the lockstep read off the pool, so the result is a trace `fuzz replay` reproduces as it is.
+... single steps, as delta debugging does); fold a chunk into the request's prefill step before it (an extend of
+`n` tokens deleted, its `n` added to the earlier admit or extend's, as one longer chunk); give requests the
+earliest ids (in order of first use); drop batch entries, and turn a batch of one into its op; lower each argument
+to the smallest value that still fails (its least value, half of it, one less). Every kept candidate is the
+replay's own steps, with the pool's choices and what the lockstep read off the pool, so the result is a trace
+`fuzz replay` reproduces as it is.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Shrinker:
         progress = True
         while progress and not self._late():
             progress = False
-            for attempt in (self._delete, self._renumber, self._unbatch, self._lower):
+            for attempt in (self._delete, self._fold, self._renumber, self._unbatch, self._lower):
                 found = attempt(best)
                 if found is not None:
                     best, progress = found, True
@@ -84,6 +86,17 @@ class Shrinker:
                     best = improved = found
                 start = min(start - size, len(best.steps) - 1 - size)
             size //= 2
+        return improved
+
+    def _fold(self, best: Shrunk) -> Shrunk | None:
+        """Fold each extend into its request's prefill step before it: one longer chunk instead of two."""
+        improved, index = None, len(best.steps) - 2  # the failing step is last and stays
+        while index > 0 and not self._late():
+            candidate = _folded(best.steps, index)
+            found = self._try(candidate) if candidate is not None else None
+            if found is not None:
+                best = improved = found
+            index = min(index - 1, len(best.steps) - 2)
         return improved
 
     def _renumber(self, best: Shrunk) -> Shrunk | None:
@@ -153,6 +166,21 @@ def _is_slot_op(key: str) -> bool:
 
 def _with(step: Step, key: str, value: int) -> Step:
     return Step(step.op, {**step.args, key: value})
+
+
+def _folded(steps: Steps, index: int) -> Steps | None:
+    """Step `index`, an extend, deleted and its `n` added to the last admit or extend of the same request before
+    it; None where step `index` is no extend or nothing before it prefilled its request."""
+    step = steps[index]
+    if step.op != "extend":
+        return None
+    rid = step.args.get("req")
+    for earlier in range(index - 1, -1, -1):
+        before = steps[earlier]
+        if before.op in ("admit", "extend") and before.args.get("req") == rid:
+            longer = _with(before, "n", before.args.get("n", 0) + step.args.get("n", 0))
+            return [*steps[:earlier], longer, *steps[earlier + 1 : index], *steps[index + 1 :]]
+    return None
 
 
 def _fewer_entries(steps: Steps, index: int) -> Iterator[Steps]:

@@ -18,10 +18,11 @@ from fuzz.unchecked import unchecked
 from fuzz.walker.cli import main as walker_main
 from fuzz.walker.hunt import hunt
 from fuzz.walker.rules import EVERY_STATUS, FORBIDDEN, LEGAL, RULES, drawn_params, rule_for
+from fuzz.walker.shrink import shrink
 from fuzz.walker.walk import Walker
 from model.actions import Action
 from model.state import Sizes
-from model.trace import Failure, Trace, load
+from model.trace import Failure, Step, Trace, load
 
 CHUNK = {**POOLS["chunk-p1"], "faults": []}
 RADIX = {**POOLS["radix-p4"], "faults": []}
@@ -69,6 +70,26 @@ def test_a_fault_is_found_shrunk_and_replays(tmp_path: Path, fault: str, pool: s
     assert fuzz_main(["replay", str(found.counterexample)]) == 1
     assert fuzz_main(["replay", str(found.counterexample), "--faults", "none"]) == 0
     assert walker_main(["replay-seed", str(found.counterexample)]) == 1
+
+
+def test_the_shrink_folds_a_chunk_into_the_prefill_step_before_it() -> None:
+    """Two chunks where one longer chunk fails the same way: deleting either alone loses the failure, folding the
+    second into the first keeps it (as Hypothesis's shrink finds: 3 steps)."""
+    config = {**POOLS["radix-p4"], "faults": ["chunk_rematch_lock_leak"]}
+    steps = [
+        Step("admit", {"req": 0, "prompt": 5, "n": 1, "family": 0, "kind": 0}),
+        Step("extend", {"req": 0, "n": 3}),
+        Step("extend", {"req": 0, "n": 1}),
+        Step("retract", {"req": 0}),
+    ]
+    found = replay(Trace(config, None, steps))
+    assert found.failure is not None and found.failure.step == 3
+    shrunk = shrink(config, found.steps, found.failure, 10.0)
+    assert [s.op for s in shrunk.steps] == ["admit", "extend", "retract"]
+    assert shrunk.steps[0].args["n"] == 4 and (shrunk.failure.kind, shrunk.failure.id) == (
+        "invariant",
+        "tree-lock-holders",
+    )
 
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
