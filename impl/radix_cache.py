@@ -177,9 +177,8 @@ class RadixCache(RowRelease):
 
     def recount_sizes(self) -> tuple[int, int]:
         """The (evictable, protected) token counts recomputed from the nodes; the counters must equal them."""
-        evictable = sum(len(n.key) for n in self._nodes() if n.lock_ref == 0)
-        protected = sum(len(n.key) for n in self._nodes() if n.lock_ref > 0)
-        return evictable, protected
+        census = self.census()
+        return census.evictable, census.protected
 
     def census(self) -> TreeCensus:
         """One walk over the nodes: every slot the tree owns, those on unlocked nodes, and the recounted
@@ -197,8 +196,8 @@ class RadixCache(RowRelease):
 
     def owned_slots(self, unlocked_only: bool = False) -> torch.Tensor:
         """Every KV slot the tree owns (only those on unlocked nodes with `unlocked_only`), one per cached token."""
-        values = [n.value for n in self._nodes() if not unlocked_only or n.lock_ref == 0]
-        return torch.cat(values) if values else self._empty()
+        census = self.census()
+        return census.unlocked_slots if unlocked_only else census.slots
 
     # -- the release interface ------------------------------------------------------------------------------
 

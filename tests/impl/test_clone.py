@@ -16,28 +16,8 @@ from impl.engine import ReferencePool
 from impl.faults import FAULTS, NO_FAULTS, FaultSet
 from impl.target import PoolConfig, PoolSnapshot, Refused
 
-OPS = [
-    "admit",
-    "extend",
-    "decode",
-    "spec_prepare",
-    "spec_commit",
-    "finish",
-    "retract",
-    "abort",
-    "pp_release",
-    "pp_release_manual",
-    "offload_release",
-    "evict",
-    "flush",
-    "group_begin",
-    "group_end",
-    "dllm_stash",
-    "release_again",
-    "free_row",
-    "reuse_released",
-    "batch",
-]
+# Every op the pool implements, and the dLLM stash (a pool method no lockstep op names).
+OPS = sorted(ReferencePool.OPS | {"dllm_stash"})
 # A request finished into the tree, another holding a row and a lock: tensors of every kind before the ops run.
 PROLOGUE = [("admit", 0, 6), ("extend", 0, 2), ("decode", 0, 1), ("finish", 0, 1), ("admit", 1, 6)]
 op_lists = st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(1, 12)), max_size=25)
@@ -55,6 +35,7 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "group_begin": pool.group_begin,
         "group_end": pool.group_end,
         "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),
+        "pd_prealloc": lambda: pool.pd_prealloc(rid, n),
         "batch": lambda: pool.batch([("admit", {"req": rid, "n": n, "family": 0}), ("decode", {"req": (rid + 1) % 4})]),
     }
     with contextlib.suppress(Refused):
