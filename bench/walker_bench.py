@@ -51,6 +51,7 @@ class Rate:
     wall_s: float = 0.0
     cpu_s: float = 0.0
     pool_s: float = 0.0
+    lockstep_s: float = 0.0  # inside `Lockstep.step`: the pool's calls and the lockstep's own work
 
     @property
     def per_s(self) -> float:
@@ -68,12 +69,30 @@ class Rate:
     def pool_us(self) -> float:
         return self.pool_s / max(self.steps, 1) * 1e6
 
+    @property
+    def lockstep_us(self) -> float:
+        """The lockstep's own work per step (observation, invariants, judgement, differential copies), which
+        both engines run: `Lockstep.step` less the pool's calls in it."""
+        return (self.lockstep_s - self.pool_s) / max(self.steps, 1) * 1e6
+
+    @property
+    def engine_us(self) -> float:
+        """The engine's own work per step: drawing steps, building pools, recording (all outside the lockstep)."""
+        return (self.wall_s - self.lockstep_s) / max(self.steps, 1) * 1e6
+
 
 @contextmanager
 def pool_clock(target_class: type, spent: list[float]) -> Iterator[None]:
     """Clock every lifecycle call on `target_class` (and so on its clones) into `spent[0]`, outermost only."""
+    with method_clock(target_class, POOL_OPS, spent):
+        yield
+
+
+@contextmanager
+def method_clock(owner: type, names: list[str], spent: list[float]) -> Iterator[None]:
+    """Clock every call of the methods `names` of `owner` into `spent[0]`, outermost only."""
     depth = [0]
-    originals = {name: getattr(target_class, name) for name in POOL_OPS if hasattr(target_class, name)}
+    originals = {name: getattr(owner, name) for name in names if hasattr(owner, name)}
 
     def clocked(original: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -90,24 +109,25 @@ def pool_clock(target_class: type, spent: list[float]) -> Iterator[None]:
         return call
 
     for name, original in originals.items():
-        setattr(target_class, name, clocked(original))
+        setattr(owner, name, clocked(original))
     try:
         yield
     finally:
         for name, original in originals.items():
-            setattr(target_class, name, original)
+            setattr(owner, name, original)
 
 
 @contextmanager
 def _clocked(rate: Rate, target_class: type) -> Iterator[None]:
-    """Add the wall, CPU and pool seconds of the block to `rate`."""
-    spent = [0.0]
-    with pool_clock(target_class, spent):
+    """Add the wall, CPU, pool and lockstep seconds of the block to `rate`."""
+    spent, stepped = [0.0], [0.0]
+    with pool_clock(target_class, spent), method_clock(lockstep_module.Lockstep, ["step"], stepped):
         wall, cpu = time.perf_counter(), time.process_time()
         yield
         rate.wall_s += time.perf_counter() - wall
         rate.cpu_s += time.process_time() - cpu
     rate.pool_s += spent[0]
+    rate.lockstep_s += stepped[0]
 
 
 def machine_slice(config: dict[str, Any], index: int) -> int:
@@ -170,6 +190,19 @@ def report_throughput(target: str, slices: int, say: Callable[[str], None] = pri
             f"  {pool:<9} walker/machine {ratio:4.2f}x (target {TARGET_RATIO:g}x: {met}); "
             f"the walker's harness overhead is {overhead} its pool's call time"
         )
+        say(_split_line(pool, machine, walker))
+
+
+def _split_line(pool: str, machine: Rate, walker: Rate) -> str:
+    """Where the harness time goes, per step: each engine's own work and the lockstep's (shared code, though not
+    the same amount: the engines draw different ops), and the ratio there would be if the lockstep's own work
+    cost nothing (the most that cutting it could give)."""
+    bound = (machine.pool_us + machine.engine_us) / max(walker.pool_us + walker.engine_us, 1e-9)
+    return (
+        f"  {pool:<9} per step: machine's own {machine.engine_us:4.0f} us, lockstep's {machine.lockstep_us:4.0f} us; "
+        f"walker's own {walker.engine_us:4.0f} us, lockstep's {walker.lockstep_us:4.0f} us; "
+        f"with a free lockstep walker/machine would be {bound:4.2f}x"
+    )
 
 
 def report_exam(budget_s: float, faults: list[str], say: Callable[[str], None] = print) -> None:

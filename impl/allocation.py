@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from impl.allocator import TokenToKVPoolAllocator
+from impl.field_copy import FieldCopy
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
@@ -25,7 +26,7 @@ class OutOfMemory(RuntimeError):
 
 
 @dataclass(frozen=True)
-class Pools:
+class Pools(FieldCopy):
     """What the allocation paths work on; without `evict_on_demand` they never evict the tree themselves.
     `evictions` logs each on-demand eviction as (tokens asked, tokens freed), for the caller to read."""
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from impl.field_copy import FieldCopy
 from impl.req_pool import ContractViolation
 
 
-class BaseTokenToKVPoolAllocator:
+class BaseTokenToKVPoolAllocator(FieldCopy):
     """Free pages live in `free_pages`; with `need_sort`, frees go to `release_pages` and merge lazily."""
 
     def __init__(self, size: int, page_size: int, device: str = "cpu", need_sort: bool = False):

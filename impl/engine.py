@@ -32,6 +32,7 @@ from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
 from impl.decode_pool import DecodeReqToTokenPool
 from impl.faults import NO_FAULTS, FaultSet
+from impl.field_copy import FieldCopy
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.radix_cache import RadixCache, TreeNode
@@ -56,7 +57,7 @@ RETRACT_DECODE_STEPS = 20
 WHOLE_TABLE_LIMIT = 1 << 16
 
 
-class ReferencePool(SchedulerGlue[Req]):
+class ReferencePool(SchedulerGlue[Req], FieldCopy):
     """The reference pool: row pool + token or page allocator + chunk cache or radix tree, driven as a scheduler
     would drive them for one request at a time."""
 
@@ -408,7 +409,9 @@ class ReferencePool(SchedulerGlue[Req]):
         return taken
 
     def snapshot(self) -> PoolSnapshot:
-        """The pool's observable state now (copies: later steps do not change it)."""
+        """The pool's observable state now; later steps do not change it. The row table is copied (the pool writes
+        it in place); the allocator's page lists are shared, since the pool replaces them and never writes into
+        one (`tests/impl/test_clone.py`, which lets `clone` share them too)."""
         pool, tree = self.req_to_token_pool, self.tree
         table = pool.req_to_token.clone()
         rows_total = table.shape[0] - 1
@@ -423,8 +426,8 @@ class ReferencePool(SchedulerGlue[Req]):
             row_generation=list(pool.req_generation),
             records={rid: self._record_view(req) for rid, req in self.reqs.items()},
             row_slots=_row_slots(table, self.reqs),
-            free_slots=self.allocator.free_pages.clone(),
-            release_slots=self.allocator.release_pages.clone(),
+            free_slots=self.allocator.free_pages,
+            release_slots=self.allocator.release_pages,
             evictable_size=self.cache.evictable_size(),
             protected_size=self.cache.protected_size(),
             cache=self.config.cache,

@@ -8,6 +8,7 @@ import torch
 
 from impl.allocator import BaseTokenToKVPoolAllocator
 from impl.faults import FaultSet
+from impl.field_copy import FieldCopy
 from impl.records import Req
 from impl.req_pool import ReqToTokenPool
 
@@ -36,7 +37,7 @@ class PrefixCache(Protocol):
     def cache_unfinished_req(self, req: Req) -> None: ...
 
 
-class RowRelease:
+class RowRelease(FieldCopy):
     """The row access both caches share (upstream's `BasePrefixCache.free_kv_row`): slots of the request's row.
 
     The pages freed are the same as upstream's, not their order: each range goes through `allocator.free`

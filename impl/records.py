@@ -44,8 +44,8 @@ class ReqKvInfo:
     def copy(self) -> ReqKvInfo:
         """A copy (every field is an int or None); cheaper than `copy.copy` of a slotted dataclass."""
         copied = object.__new__(ReqKvInfo)
-        for name in ReqKvInfo.__slots__:
-            object.__setattr__(copied, name, getattr(self, name))
+        copied.req_pool_idx, copied.cache_protected_len = self.req_pool_idx, self.cache_protected_len
+        copied.kv_committed_len, copied.kv_allocated_len = self.kv_committed_len, self.kv_allocated_len
         return copied
 
     def mark_kv_released(self) -> None:
@@ -91,12 +91,15 @@ class Req:
     def __deepcopy__(self, memo: dict[int, object]) -> Req:
         """As `copy.deepcopy` would, without a call per token id: `fill_ids` holds ints, so a list copy is deep."""
         copied = object.__new__(Req)
-        copied.__dict__.update(self.__dict__)  # ints, None, an enum: immutable, shared
+        fields = copied.__dict__
+        fields.update(self.__dict__)  # ints, None, an enum: immutable, shared
         memo[id(self)] = copied
-        copied.kv = self.kv.copy()
-        copied.prefix_indices = copy.deepcopy(self.prefix_indices, memo)
-        copied.fill_ids = list(self.fill_ids)
-        copied.last_node = copy.deepcopy(self.last_node, memo)  # through the memo: the clone's own tree node
+        fields["kv"] = self.kv.copy()
+        fields["fill_ids"] = list(self.fill_ids)
+        prefix, node = self.prefix_indices, self.last_node
+        fields["prefix_indices"] = copy.deepcopy(prefix, memo)
+        if node is not None:  # through the memo: the clone's own tree node
+            fields["last_node"] = memo.get(id(node)) or copy.deepcopy(node, memo)
         return copied
 
     def tokens(self, end: int) -> list[int]:

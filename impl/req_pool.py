@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from impl.faults import NO_FAULTS, FaultSet
+from impl.field_copy import FieldCopy
 from impl.records import Req
 
 
@@ -17,7 +18,7 @@ def _require(condition: bool, message: str) -> None:
         raise ContractViolation(message)
 
 
-class ReqToTokenPool:
+class ReqToTokenPool(FieldCopy):
     """Rows of `req_to_token` (row 0 is padding), handed out LIFO from the tail of `free_slots`."""
 
     def __init__(self, size: int, max_context_len: int, device: str = "cpu", faults: FaultSet = NO_FAULTS):

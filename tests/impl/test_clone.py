@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 from typing import Any
 
 import torch
@@ -140,3 +141,48 @@ def test_the_pool_writes_no_tensor_in_place_but_its_row_table(
             _apply(pool, *step)
     for tensor, was in kept:
         assert torch.equal(tensor, was), "an op wrote into a tensor the pool keeps, which clones share"
+
+
+def _mutables(obj: Any, seen: dict[int, Any] | None = None) -> dict[int, Any]:
+    """Every object reachable from `obj` that a step could change in place: all but atoms, enum members, tensors
+    (which `test_the_pool_writes_no_tensor_in_place_but_its_row_table` covers) and the immutable config and
+    fault set, which a clone shares by design."""
+    seen = {} if seen is None else seen
+    immutable = (int, str, float, bool, type(None), enum.Enum, torch.Tensor, PoolConfig, FaultSet)
+    if id(obj) in seen or isinstance(obj, immutable):
+        return seen
+    if not isinstance(obj, (tuple, frozenset)):
+        seen[id(obj)] = obj
+    if isinstance(obj, dict):
+        children: list[Any] = [*obj.keys(), *obj.values()]
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    else:
+        fields = dict(getattr(obj, "__dict__", {}))
+        fields.update((name, getattr(obj, name)) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name))
+        children = list(fields.values())
+    for child in children:
+        _mutables(child, seen)
+    return seen
+
+
+@settings(max_examples=30, deadline=None)
+@given(page_size=st.sampled_from([1, 4]), before=op_lists)
+def test_a_clone_and_its_pool_share_no_mutable_object(page_size: int, before: list[Any]) -> None:
+    """Structural, beside the behavioural test above: no list, dict, record or tree node is reachable from both
+    (a field the copy forgot to copy would be)."""
+    pool = _pool(page_size)
+    for step in [*PROLOGUE, *before]:
+        _apply(pool, *step)
+    mine, theirs = _mutables(pool), _mutables(pool.clone())
+    shared = [type(mine[i]).__name__ for i in mine.keys() & theirs.keys()]
+    assert not shared, f"the clone shares {shared} with its pool"
+    assert len(mine) == len(theirs)
+
+
+def test_a_field_copy_keeps_two_names_of_one_list_one_list() -> None:
+    pool = _pool(1)
+    pool.alias = pool.req_to_token_pool.free_slots  # type: ignore[attr-defined]
+    for copied in (pool.clone(), copy.deepcopy(pool)):
+        assert copied.alias is copied.req_to_token_pool.free_slots  # type: ignore[attr-defined]
+        assert copied.alias is not pool.req_to_token_pool.free_slots  # type: ignore[attr-defined]
