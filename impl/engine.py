@@ -538,21 +538,26 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         return req
 
     def _record_view(self, req: Req) -> RecordView:
-        kv = req.kv
+        kv, node = req.kv, req.last_node
         # A lock is held on a node below a root; a handle on a root (of this tree or a reset one) locks nothing.
-        locked = isinstance(req.last_node, TreeNode) and req.last_node.parent is not None
-        return _view(
+        fields = (
             kv.req_pool_idx,
             kv.cache_protected_len,
             kv.kv_committed_len,
             kv.kv_allocated_len,
             req.inflight_middle_chunks,
-            req.status.value,
+            req.status._value_,  # `.value`, without the enum property's lookup
             req.prefix_indices.numel(),
-            locked,
+            isinstance(node, TreeNode) and node.parent is not None,
             req.extend_range_end,
             req.prompt_len,
         )
+        view = _VIEWS.get(fields)
+        if view is None:
+            if len(_VIEWS) >= VIEW_CACHE_LIMIT:
+                _VIEWS.clear()
+            view = _VIEWS[fields] = RecordView(*fields)
+        return view
 
 
 def _row_slots(table: torch.Tensor, reqs: dict[int, Req]) -> dict[int, list[int]]:
@@ -576,12 +581,12 @@ def _empty_on(device: str) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64, device=device)
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
-def _view(*fields: Any) -> RecordView:
-    """The record view of these field values, in `RecordView`'s order. Views are immutable, so one object serves
-    every snapshot of a record that did not change: most records do not change in a step, and building a frozen
-    dataclass costs more than looking it up."""
-    return RecordView(*fields)
+# The record view of each tuple of field values, in `RecordView`'s order. Views are immutable, so one object serves
+# every snapshot of a record that did not change: most records do not change in a step, and building a frozen
+# dataclass costs more than looking it up. Emptied when it reaches `VIEW_CACHE_LIMIT` views. Keys equal across
+# types (1 and True) share a view: every check compares views' values, which are equal.
+_VIEWS: dict[tuple[Any, ...], RecordView] = {}
+VIEW_CACHE_LIMIT = 4096
 
 
 def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, frozenset[int]]:
