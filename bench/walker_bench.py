@@ -5,7 +5,10 @@ the exam. Run from the repository root: `python -m bench.walker_bench [--quick] 
 The ceiling is what a step would cost if nothing but the pool's own calls took time: the lifecycle calls
 (`fuzz.lockstep.OPS`) on the target and on the differential's clones, outermost only (an admission calls the
 batch inside it), clocked in the same run as the engine they belong to. An engine's fraction of the ceiling is
-the share of its time spent in those calls; its harness overhead is everything else, per step. Both engines
+the share of its time spent in those calls; its harness overhead is everything else, per step, split in a third
+line into the engine's own work (drawing steps, building pools) and the lockstep's (`Lockstep.step` less the
+pool's calls: observation, invariants, judgement, the differential's copies), with the ratio the two engines
+would have were the lockstep's own work free: the most that making the shared lockstep cheaper can give. Both engines
 run the same amount of work on each pool, in alternating slices, so that what else the machine runs weighs on
 both alike; the CPU seconds of this process are printed beside the wall clock.
 """
@@ -56,6 +59,10 @@ class Rate:
     @property
     def per_s(self) -> float:
         return self.steps / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def per_cpu_s(self) -> float:
+        return self.steps / self.cpu_s if self.cpu_s else 0.0
 
     @property
     def ceiling_per_s(self) -> float:
@@ -165,7 +172,7 @@ def throughput(pool: str, target: str, slices: int) -> tuple[Rate, Rate]:
 
 def _rate_line(pool: str, engine: str, rate: Rate) -> str:
     per_core_hour = rate.per_s * SECONDS_PER_HOUR  # one process on one core
-    per_cpu_hour = rate.steps / max(rate.cpu_s, 1e-9) * SECONDS_PER_HOUR
+    per_cpu_hour = rate.per_cpu_s * SECONDS_PER_HOUR
     fraction = rate.pool_s / rate.wall_s if rate.wall_s else 0.0
     return (
         f"  {pool:<9} {engine:<8} {rate.per_s:7.0f} steps/s  {per_core_hour / 1e6:5.2f} M/core-h "
@@ -184,11 +191,12 @@ def report_throughput(target: str, slices: int, say: Callable[[str], None] = pri
         say(_rate_line(pool, "machine", machine))
         say(_rate_line(pool, "walker", walker))
         ratio = walker.per_s / machine.per_s if machine.per_s else 0.0
+        cpu_ratio = walker.per_cpu_s / machine.per_cpu_s if machine.per_cpu_s else 0.0
         met = "met" if ratio >= TARGET_RATIO else "not met"
         overhead = "at most" if walker.harness_us <= walker.pool_us else "more than"
         say(
-            f"  {pool:<9} walker/machine {ratio:4.2f}x (target {TARGET_RATIO:g}x: {met}); "
-            f"the walker's harness overhead is {overhead} its pool's call time"
+            f"  {pool:<9} walker/machine {ratio:4.2f}x (target {TARGET_RATIO:g}x: {met}; "
+            f"{cpu_ratio:4.2f}x in CPU time); the walker's harness overhead is {overhead} its pool's call time"
         )
         say(_split_line(pool, machine, walker))
 
