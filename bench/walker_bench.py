@@ -55,6 +55,7 @@ class Rate:
     cpu_s: float = 0.0
     pool_s: float = 0.0
     lockstep_s: float = 0.0  # inside `Lockstep.step`: the pool's calls and the lockstep's own work
+    differential_s: float = 0.0  # inside `Lockstep.differential` (part of `lockstep_s`): copies, paths, compares
 
     @property
     def per_s(self) -> float:
@@ -81,6 +82,10 @@ class Rate:
         """The lockstep's own work per step (observation, invariants, judgement, differential copies), which
         both engines run: `Lockstep.step` less the pool's calls in it."""
         return (self.lockstep_s - self.pool_s) / max(self.steps, 1) * 1e6
+
+    @property
+    def differential_share(self) -> float:
+        return self.differential_s / self.wall_s if self.wall_s else 0.0
 
     @property
     def engine_us(self) -> float:
@@ -127,14 +132,20 @@ def method_clock(owner: type, names: list[str], spent: list[float]) -> Iterator[
 @contextmanager
 def _clocked(rate: Rate, target_class: type) -> Iterator[None]:
     """Add the wall, CPU, pool and lockstep seconds of the block to `rate`."""
-    spent, stepped = [0.0], [0.0]
-    with pool_clock(target_class, spent), method_clock(lockstep_module.Lockstep, ["step"], stepped):
+    spent, stepped, compared = [0.0], [0.0], [0.0]
+    lockstep = lockstep_module.Lockstep
+    with (
+        pool_clock(target_class, spent),
+        method_clock(lockstep, ["step"], stepped),
+        method_clock(lockstep, ["differential"], compared),
+    ):
         wall, cpu = time.perf_counter(), time.process_time()
         yield
         rate.wall_s += time.perf_counter() - wall
         rate.cpu_s += time.process_time() - cpu
     rate.pool_s += spent[0]
     rate.lockstep_s += stepped[0]
+    rate.differential_s += compared[0]
 
 
 def machine_slice(config: dict[str, Any], index: int) -> int:
@@ -203,12 +214,14 @@ def report_throughput(target: str, slices: int, say: Callable[[str], None] = pri
 
 def _split_line(pool: str, machine: Rate, walker: Rate) -> str:
     """Where the harness time goes, per step: each engine's own work and the lockstep's (shared code, though not
-    the same amount: the engines draw different ops), and the ratio there would be if the lockstep's own work
+    the same amount: the engines draw different ops), the share of each engine's time in the release-path
+    differential (its copies and the paths' pool calls), and the ratio there would be if the lockstep's own work
     cost nothing (the most that cutting it could give)."""
     bound = (machine.pool_us + machine.engine_us) / max(walker.pool_us + walker.engine_us, 1e-9)
     return (
-        f"  {pool:<9} per step: machine's own {machine.engine_us:4.0f} us, lockstep's {machine.lockstep_us:4.0f} us; "
-        f"walker's own {walker.engine_us:4.0f} us, lockstep's {walker.lockstep_us:4.0f} us; "
+        f"  {pool:<9} per step: machine's own {machine.engine_us:4.0f} us, lockstep's {machine.lockstep_us:4.0f} us, "
+        f"{machine.differential_share:4.0%} of its time in the differential; walker's own {walker.engine_us:4.0f} us, "
+        f"lockstep's {walker.lockstep_us:4.0f} us, {walker.differential_share:4.0%} in the differential; "
         f"with a free lockstep walker/machine would be {bound:4.2f}x"
     )
 

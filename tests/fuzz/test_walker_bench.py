@@ -30,11 +30,11 @@ def test_a_method_clock_counts_a_call_inside_a_clocked_call_once_and_puts_the_me
 
 def test_the_split_line_gives_each_engines_own_and_lockstep_time_and_the_bound() -> None:
     # 1000 steps each: machine 600 us/step (100 pool, 150 lockstep's own, 350 own), walker 300 (100, 150, 50).
-    machine = Rate(steps=1000, wall_s=0.6, cpu_s=0.6, pool_s=0.1, lockstep_s=0.25)
-    walker = Rate(steps=1000, wall_s=0.3, cpu_s=0.3, pool_s=0.1, lockstep_s=0.25)
+    machine = Rate(steps=1000, wall_s=0.6, cpu_s=0.6, pool_s=0.1, lockstep_s=0.25, differential_s=0.03)
+    walker = Rate(steps=1000, wall_s=0.3, cpu_s=0.3, pool_s=0.1, lockstep_s=0.25, differential_s=0.06)
     assert round(machine.engine_us) == 350 and round(machine.lockstep_us) == 150
     assert round(walker.engine_us) == 50 and round(walker.lockstep_us) == 150
     line = _split_line("chunk-p1", machine, walker)
-    assert "machine's own  350 us, lockstep's  150 us" in line
-    assert "walker's own   50 us, lockstep's  150 us" in line
+    assert "machine's own  350 us, lockstep's  150 us,   5% of its time in the differential" in line
+    assert "walker's own   50 us, lockstep's  150 us,  20% in the differential" in line
     assert line.endswith("would be 3.00x")  # (350 + 100) / (50 + 100)
