@@ -14,6 +14,7 @@ pass's free group and the request status. An upstream assert on a call becomes `
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -45,14 +46,19 @@ def quiet_stdout() -> Iterator[None]:
         saved = -1
     try:
         if saved >= 0:
-            with open(os.devnull, "wb") as devnull:
-                os.dup2(devnull.fileno(), 1)
+            os.dup2(_devnull(), 1)
         with contextlib.redirect_stdout(io.StringIO()):
             yield
     finally:
         if saved >= 0:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+@functools.cache
+def _devnull() -> int:
+    """A descriptor on the null device, opened once per process (every upstream call silences its output)."""
+    return os.open(os.devnull, os.O_WRONLY)
 
 
 # The upstream kernel behind each `PoolConfig.kernel_backend` the target can honour: the paged allocator's
@@ -152,7 +158,9 @@ class SglangPool(SchedulerGlue[_Request]):
         self.version = self.dialect.version
         # The allocation paths log their out-of-memory refusal as an error before they raise it; the refusal's
         # first line travels in the Refused reason, and the lockstep judges it.
-        logging.getLogger("sglang.srt.mem_cache.allocation").setLevel(logging.CRITICAL)
+        allocation_log = logging.getLogger("sglang.srt.mem_cache.allocation")
+        if allocation_log.level != logging.CRITICAL:  # setLevel clears every logger's cache: 0.5 ms a pool
+            allocation_log.setLevel(logging.CRITICAL)
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
         if config.row_pool == "decode":
             self.req_to_token_pool = pd.new_decode_pool(config)
