@@ -31,8 +31,10 @@ ENGINES = (WALKER, HYPOTHESIS)  # the default mixes both, in this order in every
 UNIT_SHARE = {WALKER: 3, HYPOTHESIS: 1}
 # A walker unit of `examples` walks this many steps per example, per target, so that its units last about as long
 # as the machine's: on the reference pool three times a test case's 50 steps (the walker steps three to four times
-# as fast in a campaign: about 4 s for 100 examples on one core); on upstream's, whose own calls take most of a
-# step, once (the walker steps about 1.2 times as fast there: 517 against 420 steps/s on 0.5.23).
+# as fast in a campaign: about 4 s for 100 examples on one core); on upstream's once (the walker steps about 1.2
+# times as fast there: 517 against 420 steps/s on 0.5.23). Upstream's objects cannot be copied, so each path of the
+# release-path differential replays the walk's calls so far on a fresh pool: a longer walk makes each differential
+# dearer, and it already takes most of a walker's time there (`bench.walker_bench --target sglang`).
 WALKER_STEPS_PER_EXAMPLE = {"reference": 3 * STEPS_PER_CASE, "sglang": STEPS_PER_CASE}
 WALKER_SWARM = "per-seed"  # a walker unit's swarm: drawn from its seed (`fuzz.walker.swarm`), not named
 
