@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from impl.engine import ReferencePool
 from impl.faults import FAULTS, NO_FAULTS, FaultSet
+from impl.records import ReqKvInfo
 from impl.target import PoolConfig, PoolSnapshot, Refused
 
 # Every op the pool implements, and the dLLM stash (a pool method no lockstep op names).
@@ -186,3 +187,14 @@ def test_a_field_copy_keeps_two_names_of_one_list_one_list() -> None:
     for copied in (pool.clone(), copy.deepcopy(pool)):
         assert copied.alias is copied.req_to_token_pool.free_slots  # type: ignore[attr-defined]
         assert copied.alias is not pool.req_to_token_pool.free_slots  # type: ignore[attr-defined]
+
+
+def test_a_record_copy_copies_every_field_of_the_record() -> None:
+    """`ReqKvInfo.copy` names its fields one by one (the clone copies every request's record): a field added to
+    the record and not to the copy fails here."""
+    record = ReqKvInfo(**{name: 3 + i for i, name in enumerate(ReqKvInfo.__slots__)})
+    copied = record.copy()
+    assert copied is not record
+    assert {name: getattr(copied, name) for name in ReqKvInfo.__slots__} == {
+        name: getattr(record, name) for name in ReqKvInfo.__slots__
+    }
