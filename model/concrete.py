@@ -45,21 +45,24 @@ class Model:
 
     def observe(self) -> Observation:
         s = self.state
+        status, row, P, C, A = s.rec_status, s.rec_row, s.rec_P, s.rec_C, s.rec_A
+        inflight, end, locked = s.rec_inflight, s.rec_end, s.rec_locked
         records = {
             rid: RecordObs.of(
-                s.rec_status.get(rid),
-                s.rec_row.get(rid),
-                s.rec_P.get(rid),
-                s.rec_C.get(rid),
-                s.rec_A.get(rid),
-                s.rec_inflight.get(rid),
-                s.rec_end.get(rid),
-                bool(s.rec_locked.get(rid)),
+                status.get(rid),
+                row.get(rid),
+                P.get(rid),
+                C.get(rid),
+                A.get(rid),
+                inflight.get(rid),
+                end.get(rid),
+                bool(locked.get(rid)),
             )
             for rid in self.known_requests()
         }
-        free = frozenset(r for r in range(1, self.sizes.rows + 1) if not s.row_held.get(r))
-        generations = tuple(s.row_gen.get(r) for r in range(1, self.sizes.rows + 1))
+        rows = range(1, self.sizes.rows + 1)
+        free = frozenset(r for r in rows if not s.row_held.get(r))
+        generations = tuple(s.row_gen.get(r) for r in rows)
         return Observation(
             records, free, s.n_free_rows, s.n_free_slots, s.tree_slots, generations, s.group_open == 1, s.pending_slots
         )

@@ -29,9 +29,23 @@ class RecordObs:
     @classmethod
     def of(cls, status: int, row: int, protected_len: int, committed_len: int, allocated_len: int, inflight: int,
            extend_end: int, tree_locked: bool) -> RecordObs:  # fmt: skip
-        """The observation of a record; a released one (no row, nothing allocated) hides its stale P."""
+        """The observation of a record; a released one (no row, nothing allocated) hides its stale P. One object
+        per distinct value (they are immutable): both sides of a step observe every record, most of them as the
+        step before, and an equal observation then compares by identity."""
         protected_len = STALE if row == 0 and allocated_len == 0 else protected_len
-        return cls(status, row, protected_len, committed_len, allocated_len, inflight, extend_end, tree_locked)
+        fields = (status, row, protected_len, committed_len, allocated_len, inflight, extend_end, tree_locked)
+        found = _RECORDS.get(fields)
+        if found is None:
+            if len(_RECORDS) >= RECORD_CACHE_LIMIT:
+                _RECORDS.clear()
+            found = _RECORDS[fields] = cls(*fields)
+        return found
+
+
+# The record observations made so far, by field values (emptied at `RECORD_CACHE_LIMIT`). Values equal across
+# types (1 and True) share an observation: every comparison of observations compares values, which are equal.
+_RECORDS: dict[tuple[object, ...], RecordObs] = {}
+RECORD_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,8 @@ class Observation:
 
     def differences(self, other: Observation) -> list[str]:
         """Human-readable differences, `self` being the model and `other` the target."""
+        if self == other:  # the usual case, decided field by field without building the report
+            return []
         out = []
         for rid in sorted(self.records.keys() | other.records.keys()):
             mine, theirs = self.records.get(rid), other.records.get(rid)
