@@ -96,6 +96,17 @@ def test_a_view_of_the_row_table_is_the_same_view_of_the_copy() -> None:
     assert pool.req_to_token_pool.req_to_token[2, 5] != 99 and pool.reqs_aux[1] != 99  # type: ignore[attr-defined]
 
 
+def _children(obj: Any) -> list[Any]:
+    """What `obj` holds: a dict's keys and values, a collection's items, else its attributes and slots."""
+    if isinstance(obj, dict):
+        return [*obj.keys(), *obj.values()]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj)
+    fields = dict(getattr(obj, "__dict__", {}))
+    fields.update((name, getattr(obj, name)) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name))
+    return list(fields.values())
+
+
 def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
     """Every tensor reachable from `obj` through attributes, slots, dicts, lists and tuples."""
     seen = set() if seen is None else seen
@@ -104,15 +115,7 @@ def _tensors(obj: Any, seen: set[int] | None = None) -> list[torch.Tensor]:
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
         return [obj]
-    if isinstance(obj, dict):
-        children: list[Any] = [*obj.keys(), *obj.values()]
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = list(obj)
-    else:
-        fields = dict(getattr(obj, "__dict__", {}))
-        fields.update((name, getattr(obj, name)) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name))
-        children = list(fields.values())
-    return [t for child in children for t in _tensors(child, seen)]
+    return [t for child in _children(obj) for t in _tensors(child, seen)]
 
 
 @settings(max_examples=80, deadline=None)
@@ -154,15 +157,7 @@ def _mutables(obj: Any, seen: dict[int, Any] | None = None) -> dict[int, Any]:
         return seen
     if not isinstance(obj, (tuple, frozenset)):
         seen[id(obj)] = obj
-    if isinstance(obj, dict):
-        children: list[Any] = [*obj.keys(), *obj.values()]
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = list(obj)
-    else:
-        fields = dict(getattr(obj, "__dict__", {}))
-        fields.update((name, getattr(obj, name)) for name in getattr(type(obj), "__slots__", ()) if hasattr(obj, name))
-        children = list(fields.values())
-    for child in children:
+    for child in _children(obj):
         _mutables(child, seen)
     return seen
 
