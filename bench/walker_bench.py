@@ -94,13 +94,6 @@ class Rate:
 
 
 @contextmanager
-def pool_clock(target_class: type, spent: list[float]) -> Iterator[None]:
-    """Clock every lifecycle call on `target_class` (and so on its clones) into `spent[0]`, outermost only."""
-    with method_clock(target_class, POOL_OPS, spent):
-        yield
-
-
-@contextmanager
 def method_clock(owner: type, names: list[str], spent: list[float]) -> Iterator[None]:
     """Clock every call of the methods `names` of `owner` into `spent[0]`, outermost only."""
     depth = [0]
@@ -135,7 +128,7 @@ def _clocked(rate: Rate, target_class: type) -> Iterator[None]:
     spent, stepped, compared = [0.0], [0.0], [0.0]
     lockstep = lockstep_module.Lockstep
     with (
-        pool_clock(target_class, spent),
+        method_clock(target_class, POOL_OPS, spent),  # on the target and so on its clones
         method_clock(lockstep, ["step"], stepped),
         method_clock(lockstep, ["differential"], compared),
     ):
