@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 import torch
 
@@ -47,6 +47,7 @@ from impl.release import (
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from properties.interning import Interned
 from properties.vocabulary import KIND_NORMAL, ceil_align
 
 T = TypeVar("T")
@@ -552,12 +553,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             req.extend_range_end,
             req.prompt_len,
         )
-        view = _VIEWS.get(fields)
-        if view is None:
-            if len(_VIEWS) >= VIEW_CACHE_LIMIT:
-                _VIEWS.clear()
-            view = _VIEWS[fields] = RecordView(*fields)
-        return view
+        return _VIEWS[fields]
 
 
 def _row_slots(table: torch.Tensor, reqs: dict[int, Req]) -> dict[int, list[int]]:
@@ -581,12 +577,9 @@ def _empty_on(device: str) -> torch.Tensor:
     return torch.empty(0, dtype=torch.int64, device=device)
 
 
-# The record view of each tuple of field values, in `RecordView`'s order. Views are immutable, so one object serves
-# every snapshot of a record that did not change: most records do not change in a step, and building a frozen
-# dataclass costs more than looking it up. Emptied when it reaches `VIEW_CACHE_LIMIT` views. Keys equal across
-# types (1 and True) share a view: every check compares views' values, which are equal.
-_VIEWS: dict[tuple[Any, ...], RecordView] = {}
-VIEW_CACHE_LIMIT = 4096
+# The record view of each tuple of field values, in `RecordView`'s order: one object serves every snapshot of a
+# record that did not change.
+_VIEWS = Interned(RecordView, limit=4096)
 
 
 def _peek_prefix(tree: RadixCache, token_ids: list[int]) -> tuple[int, frozenset[int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from properties.interning import Interned
 from properties.snapshot import SnapshotLike
 from properties.vocabulary import STATUS_CODES
 
@@ -33,19 +34,10 @@ class RecordObs:
         per distinct value (they are immutable): both sides of a step observe every record, most of them as the
         step before, and an equal observation then compares by identity."""
         protected_len = STALE if row == 0 and allocated_len == 0 else protected_len
-        fields = (status, row, protected_len, committed_len, allocated_len, inflight, extend_end, tree_locked)
-        found = _RECORDS.get(fields)
-        if found is None:
-            if len(_RECORDS) >= RECORD_CACHE_LIMIT:
-                _RECORDS.clear()
-            found = _RECORDS[fields] = cls(*fields)
-        return found
+        return _RECORDS[(status, row, protected_len, committed_len, allocated_len, inflight, extend_end, tree_locked)]
 
 
-# The record observations made so far, by field values (emptied at `RECORD_CACHE_LIMIT`). Values equal across
-# types (1 and True) share an observation: every comparison of observations compares values, which are equal.
-_RECORDS: dict[tuple[object, ...], RecordObs] = {}
-RECORD_CACHE_LIMIT = 4096
+_RECORDS = Interned(RecordObs, limit=4096)  # the record observations made so far, by field values
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import pytest
 
 import properties.abstraction as abstraction
 from properties.abstraction import STALE, Observation, RecordObs
+from properties.interning import Interned
 
 
 def _record(**changes: int) -> RecordObs:
@@ -46,8 +47,7 @@ def test_a_record_observation_keeps_every_value_and_equal_values_share_one_objec
 
 
 def test_the_record_cache_empties_at_its_limit_and_still_gives_each_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(abstraction, "RECORD_CACHE_LIMIT", 3)
-    monkeypatch.setattr(abstraction, "_RECORDS", {})
+    monkeypatch.setattr(abstraction, "_RECORDS", Interned(RecordObs, limit=3))
     records = [_record(extend_end=end) for end in range(10)]
     assert [r.extend_end for r in records] == list(range(10))
     assert len(abstraction._RECORDS) <= 3
