@@ -19,9 +19,9 @@ from model.concrete import Model
 from model.interp import PY
 from model.trace import Failure, Step
 from properties.abstraction import Observation, observe
+from properties.check import check_snapshot
 from properties.eviction import check_evictions
 from properties.generations import GenerationLedger
-from properties.invariants import check_snapshot
 from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
 from properties.vocabulary import LIVE_STATUSES as LIVE
 

@@ -7,7 +7,7 @@ import pytest
 from impl.engine import ReferencePool
 from impl.records import ReqStatus
 from impl.target import PoolConfig, Refused
-from properties.invariants import check_snapshot
+from properties.check import check_snapshot
 
 
 def _pool(**sizes: int) -> ReferencePool:

@@ -22,7 +22,8 @@ from model.concrete import Model
 from model.interp import PY
 from model.state import Sizes, State
 from properties.abstraction import observe
-from properties.invariants import BY_ID, INVARIANTS, check_snapshot, page_lists, page_snapshot
+from properties.check import check_snapshot
+from properties.invariants import BY_ID, INVARIANTS, check_every, page_lists, page_snapshot
 from properties.page_check import PageCheckResult, check_page_lists, check_pages
 from properties.vocabulary import STATUS_CODES
 
@@ -195,7 +196,10 @@ def test_planted_violation_is_named(inv_id: str) -> None:
     plant = PLANTED[inv_id]
     clean = _busy(plant.cache)
     assert BY_ID[inv_id].concrete(clean) == []
-    assert BY_ID[inv_id].concrete(plant.snapshot(clean)), f"{inv_id} did not see its planted violation"
+    planted = plant.snapshot(clean)
+    assert BY_ID[inv_id].concrete(planted), f"{inv_id} did not see its planted violation"
+    assert inv_id in {i for i, _ in check_snapshot(planted)}, f"check_snapshot missed the planted {inv_id}"
+    assert check_snapshot(planted) == check_every(planted)
 
 
 @pytest.mark.parametrize("inv_id", SYMBOLIC_IDS)

@@ -16,7 +16,7 @@ if importlib.util.find_spec("sglang") is None:
 
 from impl.target import PoolConfig
 from impl.upstream.target import SglangPool
-from properties.invariants import check_snapshot
+from properties.check import check_snapshot
 
 PAGED = PoolConfig(rows=4, tokens=32, width=16, page_size=4, kernel_backend="triton", need_sort=True)
 

@@ -35,7 +35,7 @@ from impl.upstream.dialects import load_dialect, paged_naive_path, supported_ver
 from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
-from properties.invariants import check_snapshot
+from properties.check import check_snapshot
 from tests.upstream.known import offload_release_crashes_on
 
 VERSION = supported_version()

@@ -33,7 +33,7 @@ from impl.upstream.dialects import capabilities, load_dialect, paged_naive_path,
 from impl.upstream.target import SglangPool
 from model.trace import load
 from properties.abstraction import observe
-from properties.invariants import check_snapshot
+from properties.check import check_snapshot
 from tests.upstream.known import findings_on
 
 VERSION = supported_version()

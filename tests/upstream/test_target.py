@@ -29,7 +29,7 @@ from impl.upstream import compat
 from impl.upstream.dialects import capabilities, paged_naive_path, supported_version
 from impl.upstream.target import SglangPool
 from properties.abstraction import observe
-from properties.invariants import check_snapshot
+from properties.check import check_snapshot
 from tests.upstream.known import findings_on
 
 CONFIG = PoolConfig(rows=4, tokens=32, width=16)
