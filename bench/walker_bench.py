@@ -59,38 +59,46 @@ class Rate:
 
     @property
     def per_s(self) -> float:
-        return self.steps / self.wall_s if self.wall_s else 0.0
+        return _ratio(self.steps, self.wall_s)
 
     @property
     def per_cpu_s(self) -> float:
-        return self.steps / self.cpu_s if self.cpu_s else 0.0
+        return _ratio(self.steps, self.cpu_s)
 
     @property
     def ceiling_per_s(self) -> float:
-        return self.steps / self.pool_s if self.pool_s else 0.0
+        return _ratio(self.steps, self.pool_s)
 
     @property
     def harness_us(self) -> float:
-        return (self.wall_s - self.pool_s) / max(self.steps, 1) * 1e6
+        return self._us_per_step(self.wall_s - self.pool_s)
 
     @property
     def pool_us(self) -> float:
-        return self.pool_s / max(self.steps, 1) * 1e6
+        return self._us_per_step(self.pool_s)
 
     @property
     def lockstep_us(self) -> float:
         """The lockstep's own work per step (observation, invariants, judgement, differential copies), which
         both engines run: `Lockstep.step` less the pool's calls in it."""
-        return (self.lockstep_s - self.pool_s) / max(self.steps, 1) * 1e6
+        return self._us_per_step(self.lockstep_s - self.pool_s)
 
     @property
     def differential_share(self) -> float:
-        return self.differential_s / self.wall_s if self.wall_s else 0.0
+        return _ratio(self.differential_s, self.wall_s)
 
     @property
     def engine_us(self) -> float:
         """The engine's own work per step: drawing steps, building pools, recording (all outside the lockstep)."""
-        return (self.wall_s - self.lockstep_s) / max(self.steps, 1) * 1e6
+        return self._us_per_step(self.wall_s - self.lockstep_s)
+
+    def _us_per_step(self, seconds: float) -> float:
+        return seconds / max(self.steps, 1) * 1e6
+
+
+def _ratio(part: float, whole: float) -> float:
+    """`part / whole`, 0 where nothing was measured."""
+    return part / whole if whole else 0.0
 
 
 @contextmanager
@@ -177,7 +185,7 @@ def throughput(pool: str, target: str, slices: int) -> tuple[Rate, Rate]:
 def _rate_line(pool: str, engine: str, rate: Rate) -> str:
     per_core_hour = rate.per_s * SECONDS_PER_HOUR  # one process on one core
     per_cpu_hour = rate.per_cpu_s * SECONDS_PER_HOUR
-    fraction = rate.pool_s / rate.wall_s if rate.wall_s else 0.0
+    fraction = _ratio(rate.pool_s, rate.wall_s)
     return (
         f"  {pool:<9} {engine:<8} {rate.per_s:7.0f} steps/s  {per_core_hour / 1e6:5.2f} M/core-h "
         f"({per_cpu_hour / 1e6:5.2f} M per CPU-h)  pool {rate.pool_us:5.0f} us/step, ceiling "
@@ -194,8 +202,8 @@ def report_throughput(target: str, slices: int, say: Callable[[str], None] = pri
         machine, walker = throughput(pool, target, slices)
         say(_rate_line(pool, "machine", machine))
         say(_rate_line(pool, "walker", walker))
-        ratio = walker.per_s / machine.per_s if machine.per_s else 0.0
-        cpu_ratio = walker.per_cpu_s / machine.per_cpu_s if machine.per_cpu_s else 0.0
+        ratio = _ratio(walker.per_s, machine.per_s)
+        cpu_ratio = _ratio(walker.per_cpu_s, machine.per_cpu_s)
         met = "met" if ratio >= TARGET_RATIO else "not met"
         overhead = "at most" if walker.harness_us <= walker.pool_us else "more than"
         say(

@@ -2,8 +2,9 @@
 
 A lockstep step views every record of the pool and observes every record on both sides, and most records are as
 they were the step before: looking up the object built last time costs less than building a frozen dataclass, and
-two observations holding the same objects compare by identity. Keys equal across types (1 and True) share one
-object: every check compares these objects' values, which are equal.
+two observations holding the same objects compare by identity. The same table remembers a pure function's answer
+per distinct argument tuple (`properties.check`: a record's verdict per record and bounds). Keys equal across types
+(1 and True) share one object: every check compares these objects' values, which are equal.
 """
 
 from __future__ import annotations
