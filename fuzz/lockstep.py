@@ -325,7 +325,7 @@ class Lockstep:
 
     def _judge(self, index: int, op: str, args: dict[str, int]) -> Failure | None:
         if not self.model.choice_ok(op, args):
-            chosen = ", ".join(f"{k}={args[k]}" for k in self.model.action(op).choice)
+            chosen = ", ".join(f"{k}={args[k]}" for k in self.model.action(op).choice if k in args)
             return Failure(
                 index,
                 "illegal-choice",
