@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
-from impl.target import PoolSnapshot, Refused, Target
+from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.interp import PY
@@ -200,7 +200,22 @@ class Lockstep:
         if status == STATUS_DECODE:
             why = "same code path: an abort while decoding finishes through release_kv_cache(is_insert=True)"
             pairs.append(ReleasePair("finish", "abort", why, None))
+            pairs += self._offload_pair(rid)
         return [pair for pair in pairs if pair.first in self.ops and pair.second in self.ops]
+
+    def _offload_pair(self, rid: int) -> list[ReleasePair]:
+        """The decode-offload release beside `release_kv_cache(is_insert=False)` on a decoding record, held to it as
+        far as the target's `offload_frees` says its release frees the same (none where it says None)."""
+        frees = self.target.offload_frees
+        if frees == OFFLOAD_FROM_PROTECTED:
+            why = "the same frees: free_kv_row from cache_protected_len, the lock back, the row (sglang 0.5.21 on)"
+            return [ReleasePair("pp_release", "offload_release", why, None)]
+        if frees != OFFLOAD_FROM_ZERO:
+            return []
+        m = self.model
+        theorem = f"theorem sentinel-boundary:release-equivalence@{'radix' if m.sizes.radix else 'chunk'}"
+        protected = m.state.rec_P.get(rid) > 0
+        return [ReleasePair("pp_release", "offload_release", theorem, "no protected prefix" if protected else None)]
 
     def _observed(self, op: str, inputs: dict[str, int]) -> dict[str, int]:
         """What the model reads off the target before the call (`model.actions.OBSERVED`): the prefix the tree
@@ -381,7 +396,7 @@ def _pool_state(target: Target, rid: int) -> dict[str, Any]:
 def _run_path(clone: Target, path: str, rid: int) -> dict[str, Any] | str:
     """The pool state after `path` on `clone` (a copy of the target), or why it refused it."""
     try:
-        _CALLS[path](clone, {"req": rid})
+        _CALLS[path](clone, {"req": rid, "sentinel": 0})
     except Refused as exc:
         return f"refused: {exc}"
     except Exception as exc:  # a crash on a clone is a divergence to report, not the end of the run

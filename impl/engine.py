@@ -46,7 +46,7 @@ from impl.release import (
 )
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
-from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from impl.target import OFFLOAD_FROM_ZERO, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from properties.interning import Interned
 from properties.vocabulary import KIND_NORMAL, ceil_align
 
@@ -63,6 +63,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
     would drive them for one request at a time."""
 
     short_alloc_crashes = False
+    offload_frees: str | None = OFFLOAD_FROM_ZERO  # 0.5.19's `_release_finished_req`, as the model reads it
     OPS: ClassVar[frozenset[str]] = frozenset(
         {
             "admit",

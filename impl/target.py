@@ -151,6 +151,14 @@ class Eviction:
     evicted: int
 
 
+# The decode-offload release (`_release_finished_req`) as the model reads it (0.5.19): the row from 0, the tree lock
+# kept; it equals `release_kv_cache(is_insert=False)` where no tree prefix is protected
+# (theorem `sentinel-boundary:release-equivalence`).
+OFFLOAD_FROM_ZERO = "from 0, lock kept"
+# As sglang 0.5.21 on: from `cache_protected_len`, the lock given back; `release_kv_cache(is_insert=False)` exactly.
+OFFLOAD_FROM_PROTECTED = "from cache_protected_len, lock given back"
+
+
 class Target(Protocol):
     """A pool the harness drives: every lifecycle op, the read-only prefix peeks, a snapshot and a clone.
 
@@ -162,6 +170,9 @@ class Target(Protocol):
     # An allocation short of free pages crashes the process instead of refusing (0.5.18's paged allocator runs
     # its kernel before its capacity check): the harness then draws no unchecked batch short of slots.
     short_alloc_crashes: bool
+    # What the decode-offload release frees (`OFFLOAD_FROM_ZERO`, `OFFLOAD_FROM_PROTECTED`), which decides how the
+    # release-path differential holds it to `release_kv_cache(is_insert=False)`; None: not compared at all.
+    offload_frees: str | None
 
     def __init__(self, config: PoolConfig, faults: FaultSet = ...) -> None: ...
 

@@ -15,7 +15,9 @@ pools, the allocator, the tree and a small `scheduler` stand-in. No transfer hap
 - `offload_release` is `DecodeKVCacheOffloadManager.finalize_release_on_finish`, the caller that reaches
   `_release_finished_req` once a request finished with no offload write in flight, behind the raw guard
   `req_pool_idx is None or == -1` that PR #37167 kept. With `sentinel` 1 a record without a row carries `-1`
-  there, as older frees and pool fakes leave it; an early return is a refusal.
+  there, as older frees and pool fakes leave it; an early return is a refusal. From 0.5.21 it frees the row from
+  `cache_protected_len` and gives the tree lock back (`offload_frees`), so the release-path differential holds it
+  to `release_kv_cache(is_insert=False)` with a protected prefix too.
 """
 
 from __future__ import annotations
@@ -27,12 +29,24 @@ from typing import TYPE_CHECKING, Any
 
 from impl.records import ReqStatus
 from impl.scheduler import tokens_needed
-from impl.target import PoolConfig, Refused
+from impl.target import OFFLOAD_FROM_PROTECTED, PoolConfig, Refused
+from impl.upstream.releases import version_key
 
 if TYPE_CHECKING:
     from impl.upstream.target import SglangPool
 
 SENTINEL_ROW = -1  # what a legacy free or a pool fake leaves in `req_pool_idx` in place of None
+# The first release whose `_release_finished_req` frees from `cache_protected_len` and unlocks the request's lock
+# (0.5.21: `unpin(req)`, 0.5.22 on: `unlock(req.lock)`). Before it the offload release of a tree's request is the
+# subject of two known findings (`offload-release-protected-drift`, `offload-release-unified-crash`).
+OFFLOAD_FROM_PROTECTED_SINCE = "0.5.21"
+
+
+def offload_frees(version: str) -> str | None:
+    """What the offload release of sglang `version` frees (`impl.target.Target.offload_frees`): None, not compared,
+    before `OFFLOAD_FROM_PROTECTED_SINCE`. Read off the version, not the code: a change that takes the fix back out
+    must be held to the fixed contract and fail it, not be read as another contract."""
+    return OFFLOAD_FROM_PROTECTED if version_key(version) >= version_key(OFFLOAD_FROM_PROTECTED_SINCE) else None
 
 
 def new_decode_pool(config: PoolConfig) -> Any:

@@ -162,6 +162,7 @@ class SglangPool(SchedulerGlue[_Request]):
         if allocation_log.level != logging.CRITICAL:  # setLevel clears every logger's cache: 0.5 ms a pool
             allocation_log.setLevel(logging.CRITICAL)
         self.short_alloc_crashes = config.page_size > 1 and not self.dialect.paged_checks_before_kernel
+        self.offload_frees = pd.offload_frees(self.version)
         if config.row_pool == "decode":
             self.req_to_token_pool = pd.new_decode_pool(config)
         else:

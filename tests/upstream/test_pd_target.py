@@ -164,7 +164,10 @@ def _plant_offload_tail_leak(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("plant", "kinds"),
-    [(_plant_fill_off_by_one, {"pd_prealloc"}), (_plant_offload_tail_leak, {"token-conservation", "abstraction"})],
+    [
+        (_plant_fill_off_by_one, {"pd_prealloc"}),
+        (_plant_offload_tail_leak, {"token-conservation", "abstraction", "pp_release vs offload_release"}),
+    ],
 )
 def test_a_planted_decode_side_bug_is_found_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plant: Callable[[pytest.MonkeyPatch], None], kinds: set[str]

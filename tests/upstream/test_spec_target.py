@@ -208,5 +208,7 @@ def test_a_planted_tail_leak_is_found_short(tmp_path: Path, monkeypatch: pytest.
     found = run(config, QUICK, None, tmp_path / "ce", tmp_path / "db", exclude=known)
     assert found.counterexample is not None
     trace = load(found.counterexample)
-    assert trace.failure is not None and trace.failure.id in {"token-conservation", "abstraction"}, trace.failure
+    # The leak shows in the counters, the observation, or beside the offload release (which frees the tail itself)
+    kinds = {"token-conservation", "abstraction", "pp_release vs offload_release"}
+    assert trace.failure is not None and trace.failure.id in kinds, trace.failure
     assert len(trace.steps) <= 4
