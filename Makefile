@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlife-installed
 CE ?=
 
-.PHONY: setup verify test lint bench replay mutants mutants-walker fuzz-nightly gpu-check clean sglang-setup sglang-test \
+.PHONY: setup verify test lint bench replay mutants mutants-walker mutants-sglang fuzz-nightly gpu-check clean sglang-setup sglang-test \
 	sglang-probe verify-sglang verify-sglang-matrix fuzz-nightly-sglang hostile-files
 
 setup: $(STAMP)
@@ -93,6 +93,14 @@ sglang-setup:
 sglang-test: sglang-setup
 	@for venv in $(SGLANG_VENVS); do echo "sglang-test: $$venv"; \
 	  $$venv/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
+
+# The upstream exam per venv (`python -m fuzz.upstream_mutants`): fixes taken back out of a copy of upstream's own
+# source, each hunted by the walker; exits 1 when a mutant that applies to a release is missed there.
+MUTANTS_ARGS ?=
+
+mutants-sglang: sglang-setup
+	@status=0; for venv in $(SGLANG_VENVS); do echo "mutants-sglang: $$venv"; \
+	  $$venv/bin/python -W ignore -m fuzz.upstream_mutants $(MUTANTS_ARGS) || status=1; done; exit $$status
 
 # A small lifecycle per venv; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
 sglang-probe: sglang-setup

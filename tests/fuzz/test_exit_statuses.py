@@ -224,6 +224,36 @@ def _components_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
     return _components(tmp, mp)
 
 
+def _upstream_mutants(tmp: Path, mp: pytest.MonkeyPatch, found: bool, *argv: str) -> int:
+    """The upstream exam on a one-file stand-in for sglang, its hunts stubbed: each finds its mutant (`found`) or
+    walks clean; the control walk on the unmodified copy walks clean."""
+    import subprocess
+
+    import fuzz.upstream_mutants as exam
+    from fuzz.upstream_catalog import SourceMutant
+
+    (tmp / "sglang" / "srt").mkdir(parents=True)
+    (tmp / "sglang" / "srt" / "mod.py").write_text("x = 1\n")
+    mp.setattr(exam, "MUTANTS", (SourceMutant("planted", "srt/mod.py", "x = 1\n", "x = 2\n", "chunk-p1", "a"),))
+    mp.setattr(exam, "sglang_package", lambda: tmp / "sglang")
+    mp.setattr(exam, "installed_version", lambda: "0.0.1")
+
+    def child(overlay: Path, pool: str, budget_s: float) -> subprocess.CompletedProcess[str]:
+        planted = found and (overlay / "sglang" / "srt" / "mod.py").read_text() == "x = 2\n"
+        answer = json.dumps({"detail": "stubbed", "seconds": 0.1})
+        return subprocess.CompletedProcess([], 1 if planted else 0, answer, "")
+
+    mp.setattr(exam, "_walk_child", child)
+    return _exit(list(argv), exam.main)
+
+
+def _upstream_mutants_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
+    import fuzz.upstream_mutants as exam
+
+    mp.setattr(exam, "run_exam", _planted)
+    return _upstream_mutants(tmp, mp, True)
+
+
 SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("python -m model prove", 0): lambda tmp, mp: _prove(["--only", "stale-reuse:legacy-guard"]),
     ("python -m model prove", 1): _prove_mismatch,
@@ -256,6 +286,10 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("python -m fuzz verify-upstream", 1): lambda tmp, mp: _verify(tmp, mp, ["a planted mismatch"]),
     ("python -m fuzz verify-upstream", 2): _verify_invalid,
     ("python -m fuzz verify-upstream", 70): _verify_internal,
+    ("python -m fuzz.upstream_mutants", 0): lambda tmp, mp: _upstream_mutants(tmp, mp, True),
+    ("python -m fuzz.upstream_mutants", 1): lambda tmp, mp: _upstream_mutants(tmp, mp, False),
+    ("python -m fuzz.upstream_mutants", 2): lambda tmp, mp: _upstream_mutants(tmp, mp, True, "--only", "no-such"),
+    ("python -m fuzz.upstream_mutants", 70): _upstream_mutants_internal,
     ("python -m tests.fuzz.test_hostile_files", 0): lambda tmp, mp: _hostile(tmp, mp, spoil=False),
     ("python -m tests.fuzz.test_hostile_files", 1): lambda tmp, mp: _hostile(tmp, mp, spoil=True),
 }

@@ -1,0 +1,337 @@
+"""The upstream exam's mutants: bugs of the shapes SGLang shipped (`reference/sglang-kv-lifecycle.md` §8), each one
+source edit of upstream's own lifecycle code, the fix taken back out: a line dropped, a bound or an offset put back.
+
+Each names the file under the `sglang` package, the text as the release ships it (`original`: it must occur exactly
+once there, else the mutant does not apply to that release), the text with the fix taken out, the pool shape the
+walker hunts it on (`radix-p1:python` names the tree core as well) and the bug it has the shape of. The texts are
+0.5.23's; `fuzz.upstream_mutants` runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceMutant:
+    name: str
+    path: str
+    original: str
+    mutated: str
+    pool: str
+    shape: str
+
+
+COMMON = "srt/mem_cache/common.py"
+POOL = "srt/mem_cache/memory_pool.py"
+ALLOCATION = "srt/mem_cache/allocation.py"
+PAGED = "srt/mem_cache/allocator/paged.py"
+BATCH = "srt/managers/schedule_batch.py"
+UNIFIED = "srt/mem_cache/unified_radix_cache.py"
+FULL = "srt/mem_cache/unified_cache/components/full.py"
+DECODE = "srt/disaggregation/decode.py"
+OFFLOAD = "srt/disaggregation/decode_kvcache_offload_manager.py"
+
+_RELEASE = [
+    SourceMutant(
+        "release-keeps-lock",
+        COMMON,
+        "    tree_cache.unlock(req.lock)\n    req.lock = None\n",
+        "    req.lock = None\n",
+        "radix-p4",
+        "a tree lock never dropped (#29291's family)",
+    ),
+    SourceMutant(
+        "release-frees-prefix",
+        COMMON,
+        "tree_cache.free_kv_row(req.kv, [(req.kv.cache_protected_len, owned_kv_len)])",
+        "tree_cache.free_kv_row(req.kv, [(0, owned_kv_len)])",
+        "radix-p1",
+        "a release that frees the tree's prefix again (two paths freeing different ranges)",
+    ),
+    SourceMutant(
+        "release-keeps-draft-tail",
+        COMMON,
+        "    _release_overallocated_kv_indices(\n"
+        "        req, owned_kv_len, req.kv.kv_allocated_len, tree_cache\n    )\n",
+        "",
+        "radix-p4",
+        "#19518: [C, A) draft slots never freed",
+    ),
+    SourceMutant(
+        "release-tail-unaligned",
+        COMMON,
+        "        start_p = ceil_align(start_p, page_size)\n",
+        "        pass\n",
+        "radix-p4",
+        "#6888: a boundary page freed by two owners",
+    ),
+    SourceMutant(
+        "release-keeps-allocated-len",
+        COMMON,
+        "    tree_cache.req_to_token_pool.free(req)\n    req.kv.mark_kv_released()\n",
+        "    tree_cache.req_to_token_pool.free(req)\n",
+        "chunk-p1",
+        "#37167: a released record with stale lengths",
+    ),
+    SourceMutant(
+        "stash-prefix-not-advanced",
+        COMMON,
+        "    req.prefix_len = req.extend_end\n\n",
+        "\n",
+        "chunk-p1",
+        "#33996: the next chunk restarts at prefix 0 and re-allocates",
+    ),
+    SourceMutant(
+        "retract-skips-release",
+        BATCH,
+        "    release_kv_cache(req, tree_cache, checkpoint=False)\n    # NOTE(lsyin)",
+        "    # NOTE(lsyin)",
+        "chunk-p1",
+        "sglang-jax #1400: a request dropped without its release",
+    ),
+    SourceMutant(
+        "retract-keeps-protected-len",
+        BATCH,
+        "        self.last_node = None\n        self.kv.cache_protected_len = 0\n",
+        "        self.last_node = None\n",
+        "radix-p4",
+        "a retracted record re-admitted with a stale protected length",
+    ),
+]
+
+_ROWS = [
+    SourceMutant(
+        "reuse-guard-dropped",
+        POOL,
+        "        assert all(reqs[i].kv.kv_allocated_len > 0 for i in reusing), (\n",
+        "        assert True or all(reqs[i].kv.kv_allocated_len > 0 for i in reusing), (\n",
+        "chunk-p1",
+        "#37167: a stale row re-enters alloc unchecked",
+    ),
+    SourceMutant(
+        "free-keeps-row-index",
+        POOL,
+        "        self.free_rows([req.kv.req_pool_idx])\n        req.kv.req_pool_idx = None\n",
+        "        self.free_rows([req.kv.req_pool_idx])\n",
+        "chunk-p1",
+        "#37167's mutant: free leaves req_pool_idx in place",
+    ),
+    SourceMutant(
+        "row-generation-not-bumped",
+        POOL,
+        "        self.req_generation[select_index] += 1\n",
+        "",
+        "chunk-p1",
+        "#38179: a reused row that readers cannot tell from its last use",
+    ),
+    SourceMutant(
+        "rows-from-the-wrong-end",
+        POOL,
+        "        select_index = self.free_slots[-need_size:]\n",
+        "        select_index = self.free_slots[:need_size]\n",
+        "chunk-p1",
+        "two live requests on one row: rows handed out from one end, removed from the other",
+    ),
+    SourceMutant(
+        "rows-freed-twice",
+        POOL,
+        "        self.free_slots.extend(indices)\n",
+        "        self.free_slots.extend(indices)\n"
+        "        self.free_slots.extend(indices[:1] if len(self.free_slots) % 3 == 0 else [])\n",
+        "chunk-p1",
+        "#18694: a row freed twice",
+    ),
+    SourceMutant(
+        "decode-pool-generation-not-bumped",
+        DECODE,
+        "                self.req_generation[r.kv.req_pool_idx] += 1\n",
+        "",
+        "pd-p1",
+        "the PD decode row pool's copy of the generation bump dropped",
+    ),
+    SourceMutant(
+        "decode-pool-free-keeps-row-index",
+        DECODE,
+        "        self.free_slots.append(req.kv.req_pool_idx)\n        req.kv.req_pool_idx = None\n",
+        "        self.free_slots.append(req.kv.req_pool_idx)\n",
+        "pd-p1",
+        "the PD decode row pool's free leaves req_pool_idx in place",
+    ),
+]
+
+_SLOTS = [
+    SourceMutant(
+        "extend-allocated-len-unset",
+        ALLOCATION,
+        "        req.kv.kv_allocated_len = seq_len\n        req.kv.kv_committed_len = seq_len\n",
+        "        req.kv.kv_committed_len = seq_len\n",
+        "chunk-p1",
+        "#12224: a release length not recorded",
+    ),
+    SourceMutant(
+        "decode-allocated-len-unset",
+        ALLOCATION,
+        "        req.kv.kv_allocated_len += token_per_req\n        req.kv.kv_committed_len += token_per_req\n",
+        "        req.kv.kv_committed_len += token_per_req\n",
+        "chunk-p1",
+        "#12224: committed past allocated",
+    ),
+    SourceMutant(
+        "decode-writes-one-back",
+        ALLOCATION,
+        "        locs = seq_lens_gpu.clone()\n",
+        "        locs = seq_lens_gpu.clone() - 1\n",
+        "chunk-p4",
+        "#38840: the decode writes at another offset than it allocated for",
+    ),
+    SourceMutant(
+        "decode-last-loc-wrong",
+        ALLOCATION,
+        "            batch.req_pool_indices, seq_lens_gpu - 1\n        ]",
+        "            batch.req_pool_indices, seq_lens_gpu - 2\n        ]",
+        "chunk-p4",
+        "#38840: last_loc from another offset than the write",
+    ),
+    SourceMutant(
+        "extend-writes-overlap",
+        ALLOCATION,
+        "            pt += extend_len\n",
+        "            pt += 0\n",
+        "chunk-p1",
+        "a batch's requests written the same slots",
+    ),
+    SourceMutant(
+        "spec-reserve-unaligned",
+        "srt/mem_cache/allocation_sizing.py",
+        "            (r.kv.kv_committed_len + reserve + page_size - 1) // page_size * page_size,\n",
+        "            r.kv.kv_committed_len + reserve,\n",
+        "radix-p4",
+        "#31616: an unaligned kv_allocated_len",
+    ),
+    SourceMutant(
+        "spec-allocated-len-not-raised",
+        ALLOCATION,
+        "        req.kv.kv_allocated_len = max(req.kv.kv_allocated_len, nxt_kv_len)\n",
+        "        pass\n",
+        "radix-p4",
+        "#31616's family: draft slots the record does not know",
+    ),
+    SourceMutant(
+        "paged-free-not-deduplicated",
+        PAGED,
+        "            self._release_page_ids(torch.unique(free_index // self.page_size))\n",
+        "            self._release_page_ids(free_index // self.page_size)\n",
+        "chunk-p4",
+        "vllm #42571: one page listed twice in one free",
+    ),
+    SourceMutant(
+        "free-group-drops-a-free",
+        PAGED,
+        "            self._release_page_ids(torch.cat(self.free_page_ids_group))\n",
+        "            self._release_page_ids(torch.cat(self.free_page_ids_group[1:] or "
+        "[torch.empty(0, dtype=torch.int64)]))\n",
+        "chunk-p4",
+        "a free group's end that loses a request's frees",
+    ),
+    SourceMutant(
+        "extend-tail-in-first-page",
+        PAGED,
+        "    page_idx3 = torch.clamp(end_new_pages_g - 1, min=0, max=free_pages.numel() - 1)\n",
+        "    page_idx3 = torch.clamp(start_new_pages_g, min=0, max=free_pages.numel() - 1)\n",
+        "chunk-p4",
+        "a paged extend's tail written into another of its pages",
+    ),
+    SourceMutant(
+        "decodes-share-a-new-page",
+        PAGED,
+        "    new_page_rank = (torch.cumsum(need_new_page, 0) - need_new_page).clamp_(\n",
+        "    new_page_rank = (torch.cumsum(need_new_page, 0) * 0).clamp_(\n",
+        "chunk-p4",
+        "a batch's decodes handed one new page",
+    ),
+]
+
+_TREE = [
+    SourceMutant(
+        "checkpoint-keeps-old-lock",
+        UNIFIED,
+        "        self.unlock(req.lock)\n        # Opt-in: leave",
+        "        # Opt-in: leave",
+        "radix-p4",
+        "#1858/#20476: a lock taken again without the old one dropped",
+    ),
+    SourceMutant(
+        "checkpoint-protected-len-stale",
+        UNIFIED,
+        "        req.kv.cache_protected_len = len(new_indices)\n        req.last_node = new_last_node\n",
+        "        req.last_node = new_last_node\n",
+        "radix-p4",
+        "a stash that leaves the protected length behind",
+    ),
+    SourceMutant(
+        "eviction-skips-a-free",
+        UNIFIED,
+        "            for indices in action.indices:\n"
+        "                self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)\n",
+        "            for indices in action.indices[1:]:\n"
+        "                self.token_to_kv_pool_allocator.free_segment(indices, start_pos=0)\n",
+        "radix-p1",
+        "an evicted node's slots never freed",
+    ),
+    SourceMutant(
+        "unlock-skips-evictable",
+        FULL,
+        "                self.tree_core.component_evictable_size_[ct] += key_len\n"
+        "                self.tree_core.component_protected_size_[ct] -= key_len\n",
+        "                self.tree_core.component_protected_size_[ct] -= key_len\n",
+        "radix-p1:python",
+        "#35270: the tree's counters no longer add up",
+    ),
+    SourceMutant(
+        "split-drops-lock",
+        FULL,
+        "        new_parent.component_data[ct].lock_ref = child.component_data[ct].lock_ref\n",
+        "        new_parent.component_data[ct].lock_ref = 0\n",
+        "radix-p1:python",
+        "#27147: a lock lost on a node split",
+    ),
+]
+
+_PD = [
+    SourceMutant(
+        "prealloc-committed-short",
+        DECODE,
+        "        req.kv.kv_committed_len = fill_len\n",
+        "        req.kv.kv_committed_len = max(fill_len - 1, 0)\n",
+        "pd-p1",
+        "#14's family: a pre-allocation that records less than it filled",
+    ),
+    SourceMutant(
+        "offload-guard-dropped",
+        OFFLOAD,
+        "        if req.kv.req_pool_idx is None or req.kv.req_pool_idx == -1:\n"
+        "            return\n\n        # Released only",
+        "        # Released only",
+        "chunk-p1",
+        "#37167: the offload release runs again on a released record",
+    ),
+    SourceMutant(
+        "offload-frees-prefix",
+        OFFLOAD,
+        "            req.kv, [(req.kv.cache_protected_len, req.kv.kv_allocated_len)]\n",
+        "            req.kv, [(0, req.kv.kv_allocated_len)]\n",
+        "radix-p4",
+        "#24226: the offload release frees what the tree still holds",
+    ),
+    SourceMutant(
+        "offload-keeps-lock",
+        OFFLOAD,
+        "        self.tree_cache.unlock(req.lock)\n        req.lock = None\n        self.req_to_token_pool.free(req)\n",
+        "        req.lock = None\n        self.req_to_token_pool.free(req)\n",
+        "radix-p4",
+        "the offload release never drops the tree lock",
+    ),
+]
+
+MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD)
