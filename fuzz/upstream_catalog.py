@@ -334,4 +334,49 @@ _PD = [
     ),
 ]
 
-MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD)
+_BATCHES = [
+    SourceMutant(
+        "merge-swaps-rows",
+        BATCH,
+        "        self.req_pool_indices = torch.cat(\n"
+        "            [self.req_pool_indices, other.req_pool_indices]\n        )\n",
+        "        self.req_pool_indices = torch.cat(\n"
+        "            [other.req_pool_indices, self.req_pool_indices]\n        )\n",
+        "chunk-p1",
+        "a running batch whose rows no longer line up with its requests",
+    ),
+    SourceMutant(
+        "filter-keeps-stale-rows",
+        BATCH,
+        "        self.req_pool_indices = self.req_pool_indices[keep_indices_device]\n",
+        "",
+        "chunk-p1",
+        "#18694's family: a filtered batch that still lists the rows of the requests it dropped",
+    ),
+    SourceMutant(
+        "eviction-short-by-one",
+        "srt/mem_cache/allocator/base.py",
+        "        shortfall = num_tokens - self.available_size()\n",
+        "        shortfall = num_tokens - self.available_size() - 1\n",
+        "radix-p1",
+        "an allocation that evicts one token too few and refuses what fits",
+    ),
+    SourceMutant(
+        "flush-loses-a-row",
+        POOL,
+        "    def clear(self):\n        self.free_slots = list(range(1, self._alloc_size))\n",
+        "    def clear(self):\n        self.free_slots = list(range(1, self._alloc_size - 1))\n",
+        "chunk-p1",
+        "a flush that leaks a row",
+    ),
+    SourceMutant(
+        "flush-loses-a-page",
+        PAGED,
+        "        self.free_pages = torch.arange(\n            1, self.num_pages + 1,",
+        "        self.free_pages = torch.arange(\n            1, self.num_pages,",
+        "chunk-p4",
+        "a flush that leaks a page",
+    ),
+]
+
+MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES)
