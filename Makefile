@@ -94,8 +94,8 @@ sglang-test: sglang-setup
 	@for venv in $(SGLANG_VENVS); do echo "sglang-test: $$venv"; \
 	  $$venv/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
 
-# The upstream exam per venv (`python -m fuzz.upstream_mutants`): fixes taken back out of a copy of upstream's own
-# source, each hunted by the walker; exits 1 when a mutant that applies to a release is missed there.
+# The upstream exam per venv (`python -m fuzz.upstream_mutants`): bugs of shapes SGLang shipped, planted in a copy of
+# upstream's own source, each hunted by the walker; exits 1 when a mutant that applies to a release is missed there.
 MUTANTS_ARGS ?=
 
 mutants-sglang: sglang-setup

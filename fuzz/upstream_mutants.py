@@ -5,7 +5,8 @@ classes.
 `python -m fuzz.upstream_mutants [--only NAME]... [--budget DURATION]`, with a sglang venv's python
 (`make mutants-sglang`). The package is copied once into a temporary folder; each mutant edits its one file there,
 a child process imports that copy ahead of the installed one (`PYTHONPATH`) and walks seed after seed from 0 on the
-mutant's pool until a step fails or the budget is spent, and the file is put back. The installed sglang is never
+mutant's pool until a step fails or the budget is spent (leaving out the ops of the release's known findings, as
+`verify-upstream` does once it meets one), and the file is put back. The installed sglang is never
 written. A mutant whose original text is not in this release's file exactly once does not apply to it: reported so,
 never as found. A child that crashes is kvlife's failure (exit 70), not a finding.
 """
@@ -42,7 +43,8 @@ CONTROL_VERDICTS = {"found": "false alarm", "missed": "clean"}  # a control walk
 
 @dataclass(frozen=True)
 class Outcome:
-    """A mutant's verdict: `found`, `missed`, `n/a` (not in this release) or `error` (the hunt crashed kvlife)."""
+    """A mutant's verdict: `found`, `missed`, `n/a` (not in this release) or `error` (the hunt crashed kvlife); a
+    control walk's: `clean`, `false alarm` or `error`."""
 
     mutant: SourceMutant
     verdict: str
@@ -111,6 +113,7 @@ def walk(pool_spec: str, budget_s: float) -> int:
     line; exit 1 at the first failing step, else 0."""
     from fuzz.flags import one_torch_thread
     from fuzz.targets import retarget
+    from fuzz.upstream_verify import fuzz_excluded, load_findings
     from fuzz.walker.walk import Walker
 
     one_torch_thread()
@@ -118,7 +121,8 @@ def walk(pool_spec: str, budget_s: float) -> int:
     config = retarget({**POOLS[pool], "faults": []}, "sglang")
     if core:
         config["tree_core"] = core
-    exclude = known_ops(installed_version())
+    # A mutant is found by what it breaks, not by a bug the release already has.
+    exclude = fuzz_excluded(load_findings(ROOT / "upstream" / "findings.json"), installed_version())
     start, seed, steps = time.perf_counter(), 0, 0
     while (left := budget_s - (time.perf_counter() - start)) > 0:
         result = Walker(config, seed, exclude).run(steps=WALK_STEPS, budget_s=left)
@@ -133,15 +137,6 @@ def walk(pool_spec: str, budget_s: float) -> int:
     return EXIT_CLEAN
 
 
-def known_ops(version: str) -> frozenset[str]:
-    """The ops (and request kinds) the known findings of `version` drop from fuzzing, as a campaign drops them: a
-    mutant is found by what it breaks, not by a bug the release already has."""
-    from fuzz.upstream_verify import load_findings
-
-    findings = load_findings(ROOT / "upstream" / "findings.json")
-    return frozenset(op for f in findings if version in f.versions for op in f.fuzz_exclude)
-
-
 def run_exam(names: list[str], budget_s: float, say: Callable[[str], None] = print) -> list[Outcome]:
     """Every named mutant (all where `names` is empty) on the installed sglang, one line each as it ends, after a
     control walk of each pool they use on the unmodified copy (what a hunt finds must be its mutant's)."""
@@ -152,15 +147,15 @@ def run_exam(names: list[str], budget_s: float, say: Callable[[str], None] = pri
     with tempfile.TemporaryDirectory(prefix="kvlife-upstream-mutants-") as tmp:
         copy = Path(tmp) / "sglang"
         shutil.copytree(package, copy, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
-        usable = [m for m in chosen if applies(m, copy) is None]
-        for pool in sorted({m.pool for m in usable}):
+        problems = {m.name: applies(m, copy) for m in chosen}
+        for pool in sorted({m.pool for m in chosen if problems[m.name] is None}):
             unmodified = SourceMutant(UNMODIFIED, "", "", "", pool, "the release as it ships")
             outcome = _judge(unmodified, _walk_child(copy.parent, pool, min(budget_s, CONTROL_S)))
             outcome = replace(outcome, verdict=CONTROL_VERDICTS.get(outcome.verdict, outcome.verdict))
             outcomes.append(outcome)
             say(_line(outcome))
         for mutant in chosen:
-            problem = applies(mutant, copy)
+            problem = problems[mutant.name]
             outcome = Outcome(mutant, "n/a", problem) if problem else hunt(mutant, copy, budget_s)
             outcomes.append(outcome)
             say(_line(outcome))
@@ -178,7 +173,7 @@ def summary(outcomes: list[Outcome], version: str) -> tuple[str, int]:
     mutants = [o for o in outcomes if o.mutant.name != UNMODIFIED]
     count = {v: sum(o.verdict == v for o in mutants) for v in ("found", "missed", "n/a", "error")}
     alarms = sum(o.verdict == "false alarm" for o in outcomes)
-    errors = count["error"] + sum(o.verdict == "error" for o in outcomes if o.mutant.name == UNMODIFIED)
+    errors = sum(o.verdict == "error" for o in outcomes)  # a mutant's hunt or a control walk
     applied = count["found"] + count["missed"] + count["error"]
     line = (
         f"upstream mutants on sglang {version}: {count['found']} of {applied} found, {count['missed']} missed, "

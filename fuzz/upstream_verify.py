@@ -233,6 +233,12 @@ def _replay_file(where: str, replay_path: Any) -> Path:
     return path
 
 
+def fuzz_excluded(findings: list[Finding], version: str) -> frozenset[str]:
+    """The ops (and request kinds) the findings of `version` drop from fuzzing (`fuzz_exclude`), so that a run looks
+    past the bugs the release already has."""
+    return frozenset(op for f in findings if version in f.versions for op in f.fuzz_exclude)
+
+
 def known(findings: list[Finding], failure: Failure | None, version: str, trace: Trace | None = None) -> Finding | None:
     """The finding `failure` on `version` is (with the `trace` that failed, also by a finding's symptoms), or None."""
     if trace is not None:

@@ -27,7 +27,7 @@ if importlib.util.find_spec("sglang") is None:
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
 from fuzz.targets import pool_config, retarget
-from fuzz.upstream_verify import ROOT, load_findings
+from fuzz.upstream_verify import ROOT, fuzz_excluded, load_findings
 from fuzz.walker.walk import Walker
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
@@ -133,7 +133,7 @@ def _known_ops() -> frozenset[str]:
     """The ops this version's known findings drop, but the offload release: the finding that drops it
     (`offload-release-protected-drift`) needs a tree, and pd-p1 runs the chunk cache (the clean run checks it)."""
     findings = load_findings(ROOT / "upstream" / "findings.json")
-    return frozenset(op for f in findings if VERSION in f.versions for op in f.fuzz_exclude) - {"offload_release"}
+    return fuzz_excluded(findings, VERSION) - {"offload_release"}
 
 
 def _plant_fill_off_by_one(monkeypatch: pytest.MonkeyPatch) -> None:

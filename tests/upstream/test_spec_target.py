@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
 from fuzz.targets import retarget
-from fuzz.upstream_verify import ROOT, load_findings
+from fuzz.upstream_verify import ROOT, fuzz_excluded, load_findings
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
 from impl.upstream import spec
@@ -200,8 +200,7 @@ def test_a_planted_tail_leak_is_found_short(tmp_path: Path, monkeypatch: pytest.
     """On pd-p1 (page size 1, speculative: no Triton interpreter on 0.5.18), never drawing the ops of this
     version's known findings."""
     config = retarget({**POOLS["pd-p1"], "faults": []}, "sglang")
-    known = frozenset(op for f in load_findings(ROOT / "upstream" / "findings.json") if VERSION in f.versions
-                      for op in f.fuzz_exclude)  # fmt: skip
+    known = fuzz_excluded(load_findings(ROOT / "upstream" / "findings.json"), VERSION)
     clean = run(config, QUICK, None, tmp_path / "clean", tmp_path / "db", exclude=known)
     assert clean.counterexample is None, clean.failure_text
     _plant_tail_leak(monkeypatch)
