@@ -79,6 +79,9 @@ SGLANG_SRC ?=
 # Where the sglang venvs live (upstream/setup.sh's SGLANG_VENV_DIR); the repository root by default.
 SGLANG_VENV_DIR ?= .
 VENV_DIR := $(abspath $(SGLANG_VENV_DIR))
+# After each run of a recipe's loop over venvs (its status in code): keep the worst status so far, the highest (70
+# over 2 over 1), which the recipe exits with, so that make's last line (`Error S`) names it (README, Exit statuses).
+worst = [ $$code -le $$status ] || status=$$code
 ifneq ($(strip $(SGLANG_SRC)),)
 SGLANG_VENVS := $(VENV_DIR)/.venv-sglang-src-$(notdir $(abspath $(SGLANG_SRC)))
 else
@@ -95,12 +98,12 @@ sglang-test: sglang-setup
 	  $$venv/bin/python -m pytest -o addopts="" -q tests/upstream || exit 1; done
 
 # The upstream exam per venv (`python -m fuzz.upstream_mutants`): bugs of shapes SGLang shipped, planted in a copy of
-# upstream's own source, each hunted by the walker; exits 1 when a mutant that applies to a release is missed there.
+# upstream's own source, each hunted by the walker; fails when a mutant that applies to a release is missed there.
 MUTANTS_ARGS ?=
 
 mutants-sglang: sglang-setup
 	@status=0; for venv in $(SGLANG_VENVS); do echo "mutants-sglang: $$venv"; \
-	  $$venv/bin/python -W ignore -m fuzz.upstream_mutants $(MUTANTS_ARGS) || status=1; done; exit $$status
+	  $$venv/bin/python -W ignore -m fuzz.upstream_mutants $(MUTANTS_ARGS); code=$$?; $(worst); done; exit $$status
 
 # A small lifecycle per venv; exits non-zero on 0.5.18 by design (its stale-row reuse guard).
 sglang-probe: sglang-setup
@@ -114,7 +117,8 @@ VERIFY_ARGS ?=
 
 verify-sglang: sglang-setup
 	@status=0; for venv in $(SGLANG_VENVS); do echo "verify-sglang: $$venv"; \
-	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) || status=1; \
+	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS); \
+	  code=$$?; $(worst); \
 	done; exit $$status
 
 # Every release of upstream/releases.txt in one run (as verify-sglang, VERIFY_ARGS bounding each), then the
@@ -123,9 +127,9 @@ verify-sglang: sglang-setup
 verify-sglang-matrix:
 	@status=0; for v in $(SGLANG_VERSIONS); do SGLANG_VENV_DIR=$(VENV_DIR) bash upstream/setup.sh $$v || exit $$?; \
 	  echo "verify-sglang-matrix: sglang $$v"; \
-	  OMP_NUM_THREADS=1 $(VENV_DIR)/.venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS) \
-	    || status=1; \
-	done; $(PY) upstream/findings_matrix.py --write || status=1; exit $$status
+	  OMP_NUM_THREADS=1 $(VENV_DIR)/.venv-sglang-$$v/bin/python -W ignore::UserWarning -m fuzz verify-upstream $(VERIFY_ARGS); \
+	  code=$$?; $(worst); \
+	done; $(PY) upstream/findings_matrix.py --write; code=$$?; $(worst); exit $$status
 
 # The nightly campaign on the upstream target, one release after the other (SGLANG=0.5.20 picks one): the
 # campaign of `fuzz-nightly` with --target sglang into OUT/sglang-VERSION (DB likewise), then its findings judged
@@ -134,9 +138,9 @@ fuzz-nightly-sglang: sglang-setup
 	@status=0; for v in $(SGLANG); do venv=$(VENV_DIR)/.venv-sglang-$$v; \
 	  OMP_NUM_THREADS=1 $$venv/bin/python -W ignore::UserWarning -m fuzz campaign --target sglang --budget $(BUDGET) \
 	    --out $(OUT)/sglang-$$v --db $(DB)/sglang-$$v; code=$$?; \
-	  if [ $$code -eq 0 ] || [ $$code -eq 1 ]; then \
-	    $$venv/bin/python -W ignore::UserWarning -m fuzz.upstream_campaign $(OUT)/sglang-$$v || status=1; \
-	  else status=$$code; fi; \
+	  if [ $$code -le 1 ]; then \
+	    $$venv/bin/python -W ignore::UserWarning -m fuzz.upstream_campaign $(OUT)/sglang-$$v; code=$$?; \
+	  fi; $(worst); \
 	done; exit $$status
 
 clean:

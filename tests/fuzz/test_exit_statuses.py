@@ -5,18 +5,24 @@ A scenario drives the command's `main` in-process. Where the honest way to reach
 command and the test shows how the command maps its outcome to a status; internal errors are planted by making
 a function inside kvlife raise. An internal error must be one line on stderr naming a traceback file that holds
 the traceback, and must never print "reproduced".
+
+The make rows run `make -s TARGET` in a subprocess: make itself exits 2 on any failed recipe, and its last line on
+stderr must name the command's own status.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -254,6 +260,46 @@ def _upstream_mutants_internal(tmp: Path, mp: pytest.MonkeyPatch) -> int:
     return _upstream_mutants(tmp, mp, True)
 
 
+# -- make targets ------------------------------------------------------------------------------------------------
+
+# make's line for a failed recipe, as GNU make prints it at any depth: `make: *** [Makefile:74: replay] Error 1`.
+MAKE_FAILED = re.compile(r"^make(?:\[\d+\])?: \*\*\* \[(?:[^\]]*: )?(?P<target>[\w-]+)\] Error (?P<status>\d+)$")
+# What an outer make (`make test`) or the caller's shell could hand the inner make, its flags and the Makefile's
+# variables it reads from the environment: none of it may reach it.
+_MAKE_FLAGS = ("MAKEFLAGS", "GNUMAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+_MAKE_VARIABLES = ("CE", "SGLANG", "SGLANG_SRC", "SGLANG_VENV_DIR", "VERIFY_ARGS")
+
+
+class MakeCase(NamedTuple):
+    command: str  # its row of the README's table
+    status: int  # make's own exit status
+    named: int  # the status make's last line names (`Error S`); 0 where the recipe passes and there is no such line
+    args: Callable[[Path], list[str]]  # the target and its variables
+
+
+def _make(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`make -s ARGS` at the root, the venvs taken as built (`-o setup`, `-o sglang-setup`), replay run by this
+    interpreter."""
+    env = {name: value for name, value in os.environ.items() if name not in _MAKE_FLAGS + _MAKE_VARIABLES}
+    argv = ["make", "-s", "-o", "setup", "-o", "sglang-setup", f"BIN={Path(sys.executable).parent}", *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+
+
+def _sglang_venvs(tmp: Path, *answers: int | None) -> list[str]:
+    """`make verify-sglang` over one stand-in venv per answer, in order: its python exits with that status, or (None)
+    runs the real verify-upstream in this venv, which has no sglang and refuses (2, one line on stderr).
+    verify-upstream's own statuses are the in-process scenarios; these show how the recipe combines them."""
+    names = []
+    for index, answer in enumerate(answers):
+        python = tmp / f".venv-sglang-stub{index}" / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        body = f'exec {shlex.quote(sys.executable)} "$@"' if answer is None else f"exit {answer}"
+        python.write_text(f"#!/bin/sh\n{body}\n")
+        python.chmod(0o755)
+        names.append(f"stub{index}")
+    return ["verify-sglang", f"SGLANG_VENV_DIR={tmp}", f"SGLANG={' '.join(names)}"]
+
+
 SCENARIOS: dict[tuple[str, int], Scenario] = {
     ("python -m model prove", 0): lambda tmp, mp: _prove(["--only", "stale-reuse:legacy-guard"]),
     ("python -m model prove", 1): _prove_mismatch,
@@ -295,6 +341,19 @@ SCENARIOS: dict[tuple[str, int], Scenario] = {
 }
 
 
+REPLAY, VERIFY_SGLANG = "make replay CE=FILE", "make verify-sglang"
+MAKE_CASES: dict[str, MakeCase] = {
+    "replay passes": MakeCase(REPLAY, 0, 0, lambda tmp: ["replay", f"CE={_trace_file(tmp)}"]),
+    "replay reproduces": MakeCase(REPLAY, 2, 1, lambda tmp: ["replay", f"CE={_failing_trace(tmp)}"]),
+    "replay refuses the trace": MakeCase(REPLAY, 2, 2, lambda tmp: ["replay", f"CE={_too_big(tmp)}"]),
+    "replay without CE": MakeCase(REPLAY, 2, 2, lambda tmp: ["replay"]),
+    "verify-sglang matches": MakeCase(VERIFY_SGLANG, 0, 0, lambda tmp: _sglang_venvs(tmp, 0, 0)),
+    "verify-sglang mismatches": MakeCase(VERIFY_SGLANG, 2, 1, lambda tmp: _sglang_venvs(tmp, 0, 1, 0)),
+    "verify-sglang refused": MakeCase(VERIFY_SGLANG, 2, 2, lambda tmp: _sglang_venvs(tmp, 1, None)),
+    "verify-sglang internal": MakeCase(VERIFY_SGLANG, 2, 70, lambda tmp: _sglang_venvs(tmp, 70, 2, 1)),
+}
+
+
 def readme_table() -> dict[tuple[str, int], str]:
     """The README's exit-status table: (command, status) -> what it means, for every cell that is not '—'."""
     lines = README.read_text().split("## Exit statuses", 1)[1].splitlines()
@@ -315,7 +374,7 @@ def _cells(line: str) -> list[str]:
 
 
 def test_the_readme_table_lists_exactly_the_statuses_the_scenarios_produce() -> None:
-    assert set(readme_table()) == set(SCENARIOS)
+    assert set(readme_table()) == set(SCENARIOS) | {(case.command, case.status) for case in MAKE_CASES.values()}
 
 
 @pytest.mark.parametrize(("command", "status"), sorted(SCENARIOS))
@@ -333,6 +392,25 @@ def test_each_status_happens_as_the_readme_says(
         # argparse prints its usage (a first line and indented ones) before the one-line reason
         reasons = [line for line in err.splitlines() if line.strip() and not line.startswith(("usage:", " "))]
         assert len(reasons) == 1, err
+
+
+@pytest.mark.parametrize("case", sorted(MAKE_CASES))
+def test_make_exits_as_the_readme_says_and_names_the_commands_own_status(case: str, tmp_path: Path) -> None:
+    _, status, named, args = MAKE_CASES[case]
+    argv = args(tmp_path)
+    done = _make(argv)
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    failed = [match for match in map(MAKE_FAILED.match, lines) if match]
+    if named == 0:
+        assert not failed, done.stderr
+        return
+    assert len(failed) == 1 and failed[0].string == lines[-1], done.stderr
+    assert failed[0]["target"] == argv[0]
+    assert int(failed[0]["status"]) == named, done.stderr
+    if named == 2:
+        reasons = [line for line in lines if line.strip() and not MAKE_FAILED.match(line)]
+        assert len(reasons) == 1, done.stderr
 
 
 def _assert_internal_error_lines(out: str, err: str) -> None:
