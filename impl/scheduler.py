@@ -166,13 +166,6 @@ class SchedulerGlue(ABC, Generic[E]):
             rid for rid, e in self.reqs.items() if e.status is not ReqStatus.FINISHED or self._view(e).row is not None
         )
 
-    def _check_idle(self) -> None:
-        busy = self._busy()
-        if busy:
-            raise Refused(f"flush needs an idle pool; requests {busy} are waiting, running or hold a row")
-        if self._group_open():
-            raise Refused("flush needs an idle pool; a result pass's free group is open")
-
     # -- extend planning and capacity ----------------------------------------------------------------------
 
     def _plan_extend(self, entry: E, extend_len: int, rid: int) -> ExtendPlan:

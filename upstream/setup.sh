@@ -49,12 +49,12 @@ else
 fi
 STAMP="$VENV/.kvlife-sglang-installed"
 
-# What sglang's pool classes, ScheduleBatch, release_kv_cache, server args and the PD decode side
+# What sglang's pool classes, ScheduleBatch, the Scheduler and its result processor, release_kv_cache, server args and the PD decode side
 # (disaggregation/decode.py needs einops) import at module level; the rest of its declared dependencies (CUDA
 # kernels, serving, multimodal) is never imported on these paths. A release's extras are in releases.txt.
 LIGHT_DEPS=(orjson psutil pybase64 requests pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp
   transformers dill apache-tvm-ffi sentencepiece compressed-tensors gguf openai partial_json_parser triton numpy
-  einops)
+  einops fastapi uvicorn setproctitle)
 HARNESS_DEPS=(hypothesis z3-solver numpy pytest)
 
 fingerprint() {  # what a venv was built from: this script, its pins and extras, or a checkout and every release's

@@ -197,28 +197,23 @@ class Dialect:
         pages = allocator.release_pages
         return torch.empty(0, dtype=torch.int64) if pages is None else pages.clone()
 
-    def flush(self, pool: Any, allocator: Any, cache: Any) -> None:
-        """The pool steps of `Scheduler.flush_cache` on an idle scheduler, in its order."""
-        cache.reset()
-        pool.clear()
-        allocator.clear()
-        if self.caps.reset_aux_cache_allocator:
-            pool.reset_aux_cache_allocator()  # flush_cache resets the row pool's aux cache where it has one
-
-    def mark_aborted(self, req: Any) -> None:
-        """What `prepare_abort` leaves on an aborted request (its finish reason)."""
-        req.finished_reason = self.schedule_batch.FINISH_ABORT("Aborted")
-
     def new_req(self, rid: int, max_new_tokens: int, skip_insert: bool = False) -> Any:
         """A `Req`; with `skip_insert` a PD bootstrap warm-up, which `Req.__init__` bars from the tree
         (`skip_radix_cache_insert`)."""
         from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
 
+        from impl.upstream.scheduler_host import upstream_rid
+
         params = self.sampling_params(max_new_tokens=max_new_tokens)
+        params.normalize(None)  # as the tokenizer manager leaves them (stop lists empty, not None); no tokenizer
         host = {"bootstrap_host": FAKE_BOOTSTRAP_HOST} if skip_insert else {}
-        req = self.schedule_batch.Req(str(rid), "", array("q"), params, **host)
+        req = self.schedule_batch.Req(upstream_rid(rid), "", array("q"), params, **host)
         assert req.skip_radix_cache_insert == skip_insert, "Req did not take the skip-insert kind"
         return req
+
+    def model_config(self) -> types.SimpleNamespace:
+        """The model-config stand-in every batch and the scheduler host read (see `_model_config`)."""
+        return _model_config()
 
     def new_batch(self, reqs: list[Any], pool: Any, allocator: Any, cache: Any) -> Any:
         """`ScheduleBatch.init_new` for `reqs`; the model config is a stand-in (see `_model_config`)."""

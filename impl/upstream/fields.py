@@ -261,14 +261,14 @@ REQ: dict[str, Entry] = {
     "extend_end": EXTEND_END,
     "extend_range": EXTEND_END,
     "extra_key": configured("None: no LoRA or extra namespace in the match key"),
-    "finished_len": unset(
-        "the length a stop string trims the output to, which release would free past; the target finishes by length"
+    "finished_len": observed(
+        "set by upstream's finish check (the scheduler host's finish_check: the length cap, so the full output) ->"
+        " release_kv_cache's owned_kv_len, whose range the model's release judges"
     ),
     "finished_output": OUTPUT,
-    "finished_reason": configured(
-        "the glue's: FINISH_LENGTH on finish, FINISH_ABORT on abort, None while running (as the result processor "
-        "and prepare_abort leave it); RecordView.status is the glue's own",
-        kept=False,
+    "finished_reason": observed(
+        "set by upstream's own finish check and abort paths (update_finish_state, process_pending_chunked_abort);"
+        " Req.finished() -> the request's status after finish, abort and decode (RecordView.status)"
     ),
     "full_untruncated_fill_ids": FILL,
     "grammar": GRAMMAR,
@@ -401,7 +401,10 @@ REQ: dict[str, Entry] = {
     "temp_scaled_logprobs": LOGPROBS,
     "time_stats": METRICS,
     "tmp_end_idx": OUTPUT,
-    "to_finish": OUTPUT,
+    "to_finish": observed(
+        "set by upstream's abort_request on a running request, read by the finish check the abort then runs ->"
+        " Req.finished() -> RecordView.status"
+    ),
     "token_indices_to_pool": MODEL_OUTPUTS,
     "token_type_ids": MULTIMODAL,
     "tokenizer": OUTPUT,

@@ -31,6 +31,7 @@ from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
 from impl.upstream import pd, spec
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
+from impl.upstream.scheduler_host import SchedulerHost
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
 
 
@@ -171,6 +172,7 @@ class SglangPool(SchedulerGlue[_Request]):
         self.allocator = self.dialect.new_allocator(config.tokens, config.need_sort, config.page_size, kernels)
         self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config)
         self.evictions = self.dialect.watch_evictions(self.cache, self.allocator, config.evict_on_demand)
+        self.host = SchedulerHost(self.dialect, self.req_to_token_pool, self.allocator, self.cache)
         self.reqs: dict[int, _Request] = {}
         self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
         self._depth = 0
@@ -237,17 +239,17 @@ class SglangPool(SchedulerGlue[_Request]):
 
     @_logged
     def finish(self, rid: int) -> None:
-        """The request finished: its finish reason, then `release_kv_cache` with insertion in a free group."""
+        """The request reached its length cap: the result pass's finish check and finish release
+        (`SchedulerHost.finish_check`) in the pass's free group."""
         entry = self._running(rid)
         if entry.status is ReqStatus.RUNNING and entry.prompt_len is not None:
             raise Refused(f"request {rid} is mid-prefill; only an abort ends it there")
-        self.dialect.mark_finished(entry.req)
+        params = entry.req.sampling_params
+        cap, params.max_new_tokens = params.max_new_tokens, len(entry.req.output_ids)
         try:
-            self._release(entry.req, insert=True, grouped=True)
-        except Refused:
-            entry.req.finished_reason = None
-            raise
-        self._retire(entry)
+            self._finish_pass(entry)
+        finally:
+            params.max_new_tokens = cap
 
     @_logged
     def pp_release(self, rid: int) -> None:
@@ -284,17 +286,16 @@ class SglangPool(SchedulerGlue[_Request]):
         entry = self._get(rid)
         if entry.status is ReqStatus.FINISHED:
             raise Refused(f"request {rid} already finished")
-        reason = entry.req.finished_reason
-        self.dialect.mark_aborted(entry.req)
-        try:
-            if entry.status is ReqStatus.RUNNING and self.dialect.row(entry.req) is not None:
-                self._release(entry.req, insert=False, grouped=False)
-            elif entry.status is ReqStatus.DECODING:
-                self._release(entry.req, insert=True, grouped=True)
-        except Refused:
-            entry.req.finished_reason = reason
-            raise
-        self._retire(entry)
+        self._show(entry)
+        self._upstream(lambda: self.host.abort(rid))
+        if entry.status is ReqStatus.DECODING:
+            self._finish_pass(entry)  # the next result pass finds `to_finish` set
+        elif entry.req in self.host.scheduler.waiting_queue:
+            raise Refused(f"upstream's abort_request left request {rid} in the waiting queue")
+        elif entry.status is ReqStatus.RUNNING and self.host.scheduler.chunked_req is entry.req:
+            raise Refused(f"upstream's abort left request {rid} as the chunked request")
+        else:
+            self._retire(entry)
 
     @_logged
     def offload_release(self, rid: int, sentinel: int = 0) -> None:
@@ -324,8 +325,18 @@ class SglangPool(SchedulerGlue[_Request]):
     def flush(self) -> None:
         """The scheduler's idle `flush_cache`: `tree_cache.reset()`, `req_to_token_pool.clear()`, the
         allocator's `clear()`; refused unless every request finished and holds no row (`is_fully_idle`)."""
-        self._check_idle()
-        self.dialect.flush(self.req_to_token_pool, self.allocator, self.cache)
+        if self._group_open():
+            raise Refused("flush runs between scheduling rounds; a result pass's free group is open")
+        self._show(None)
+        flushed = False
+
+        def flush() -> None:
+            nonlocal flushed
+            flushed = self.host.flush_cache()
+
+        self._upstream(flush)
+        if not flushed:
+            raise Refused(f"upstream flush_cache: not fully idle (requests {self._busy()} are in its queues)")
 
     @_logged
     def pd_prealloc(self, rid: int, fill_len: int, *, family: int = 0) -> int:
@@ -451,6 +462,32 @@ class SglangPool(SchedulerGlue[_Request]):
 
     # -- internals --------------------------------------------------------------------------------------
 
+    def _show(self, focus: _Request | None) -> None:
+        """Show the scheduler host where every request is: decoding ones in the running batch, retracted ones in
+        the waiting queue, and `focus` (else the first) of those mid-prefill on a row as the chunked request."""
+        live = [e for e in self.reqs.values() if self.dialect.row(e.req) is not None]
+        running = [e.req for e in live if e.status is ReqStatus.DECODING]
+        waiting = [e.req for e in self.reqs.values() if e.status is ReqStatus.WAITING]
+        chunked = [e.req for e in live if e.status is ReqStatus.RUNNING]
+        if focus is not None and focus.req in chunked:
+            chunked.insert(0, focus.req)
+        self.host.show(running, waiting, chunked[0] if chunked else None)
+
+    def _finish_pass(self, entry: _Request) -> None:
+        """The result pass's finish check and finish release for one request, in the pass's free group (its own
+        unless one is open); the request is finished where upstream says so."""
+        own_group = not self._group_open()
+        if own_group:
+            self.allocator.free_group_begin()
+        try:
+            self._upstream(lambda: self.host.finish_check(entry.req, entry.batch))
+        finally:
+            if own_group:
+                self.allocator.free_group_end()
+        if not entry.req.finished():
+            raise Refused(f"upstream's finish check left request {entry.req.rid} unfinished")
+        self._retire(entry)
+
     def _holds_live_row(self, entry: _Request) -> bool:
         return self.dialect.row(entry.req) is not None and entry.status is not ReqStatus.FINISHED
 
@@ -508,16 +545,25 @@ class SglangPool(SchedulerGlue[_Request]):
             grow = max(plan.seq_len - start - len(req.output_ids), 0)
             req.origin_input_ids.extend(prompt_token(entry.family, p) for p in range(start, start + grow))
         if entry.status is ReqStatus.FINISHED:
-            req.finished_reason = None  # re-admitted; upstream's stash refuses a finished request
+            # Re-admitted: its finish state as a new `Req` has it (upstream's stash refuses a finished request,
+            # and a stale `finished_len` would cap what the next release frees).
+            req.finished_reason = req.finished_len = req.to_finish = None
         self.dialect.open_extend(req, self.cache, plan.match_limit is not None, plan.seq_len)
 
     def _decode_all(self, plan: BatchPlan[_Request]) -> None:
         """The decode entries as one running batch: merged from each request's own, decoded, split back."""
         running = self.dialect.merge_batches([entry.batch for _, entry, _ in plan.decode])
         self._upstream(running.prepare_for_decode)
-        for index, (rid, entry, view) in enumerate(plan.decode):
-            entry.req.output_ids.append(output_token(rid, view.committed_len))
-            entry.status, entry.batch = ReqStatus.DECODING, self.dialect.split_batch(running, index)
+        tokens = [output_token(rid, view.committed_len) for rid, _, view in plan.decode]
+        if self._group_open():
+            # The harness's own open group (no scheduler decodes inside one): the tokens are appended as sampled.
+            for (_, entry, _), token in zip(plan.decode, tokens, strict=True):
+                entry.req.output_ids.append(token)
+        else:
+            self._upstream(lambda: self.host.decode_result(running, tokens))
+        for index, (_, entry, _) in enumerate(plan.decode):
+            entry.batch = self.dialect.split_batch(running, index)
+            entry.status = ReqStatus.FINISHED if entry.req.finished() else ReqStatus.DECODING
 
     def _extend_result(self, entry: _Request, plan: ExtendPlan, batch: Any) -> None:
         """The result pass of one prefill entry: the stash, its status, and its own batch for the next decode."""

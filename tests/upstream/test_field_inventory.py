@@ -44,6 +44,7 @@ from impl.upstream.dialects import (
     tree_cores,
 )
 from impl.upstream.fields import CLASSES, fields_of
+from impl.upstream.scheduler_host import upstream_rid
 from impl.upstream.target import SglangPool
 
 VERSION = supported_version()
@@ -171,7 +172,7 @@ class Watch:
     def start(self, config: PoolConfig, rids: range) -> None:
         """The initial values of the kept fields on this shape (a request's per request id)."""
         self.initial = {type(obj).__name__: _kept_values(obj) for obj in initial_objects(config, 0)}
-        self.req_initial = {str(rid): _kept_values(_fresh_req(config, rid)) for rid in rids}
+        self.req_initial = {upstream_rid(rid): _kept_values(_fresh_req(config, rid)) for rid in rids}
 
     def look(self, pool: SglangPool) -> None:
         for obj in driven_objects(pool):

@@ -1,0 +1,239 @@
+"""A real upstream `Scheduler` around the target's pools, built as SGLang's own unit tests build one.
+
+`Scheduler.__new__` gives the real class with every mixin; only the attributes its lifecycle methods read are set,
+each named in `_scheduler_fields` (a method reading one not named there fails with Python's own AttributeError,
+which names it: a crash of the harness, never a finding). Stand-ins exist only for what lies outside the KV
+lifecycle: the transport back to the tokenizer, metrics, the grammar queue, and the model worker, which is the
+fuzzer's tokens handed to the result pass as a `GenerationBatchResult`. The methods themselves run unmodified:
+`flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, and the result
+processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
+
+Before each call the adapter shows the scheduler where each request is (`show`): the decoding requests in
+`running_batch`, the waiting ones in `waiting_queue`, a request mid-prefill as `chunked_req`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+# A request's rid as the scheduler sees it: the terminator keeps one rid from being a prefix of another, since
+# `abort_request` matches with `rid.startswith`.
+RID_END = "#"
+
+
+def upstream_rid(rid: int) -> str:
+    return f"{rid}{RID_END}"
+
+
+class StandIn:
+    """A collaborator outside the KV lifecycle (metrics, output transport, the grammar queue): every method call is
+    taken and counted; every value it must hold is given by name at construction."""
+
+    def __init__(self, role: str, **values: Any) -> None:
+        self._role = role
+        self.calls: list[str] = []
+        self.__dict__.update(values)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def call(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(name)
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"StandIn({self._role})"
+
+
+class SchedulerHost:
+    """One upstream `Scheduler` and its `SchedulerBatchResultProcessor` over a target's pools."""
+
+    def __init__(self, dialect: Any, pool: Any, allocator: Any, cache: Any) -> None:
+        from sglang.srt.managers.scheduler import Scheduler
+
+        self.dialect = dialect
+        scheduler = object.__new__(Scheduler)
+        for name, value in _scheduler_fields(dialect, pool, allocator, cache).items():
+            setattr(scheduler, name, value)
+        self.scheduler = scheduler
+        self.processor = _result_processor(scheduler)
+
+    # -- where the requests are ------------------------------------------------------------------------------
+
+    def show(self, running: list[Any], waiting: list[Any], chunked: Any) -> None:
+        """Put the requests where the scheduler keeps them: `running` decoding, `waiting` queued, `chunked` (or
+        None) mid-prefill."""
+        s = self.scheduler
+        s.running_batch = self._batch(running)
+        s.waiting_queue = list(waiting)
+        s.chunked_req = chunked
+        s.last_batch = None
+
+    def _batch(self, reqs: list[Any]) -> Any:
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+        if not reqs:
+            return ScheduleBatch(reqs=[], batch_is_full=False)
+        s = self.scheduler
+        return self.dialect.new_batch(reqs, s.req_to_token_pool, s.token_to_kv_pool_allocator, s.tree_cache)
+
+    # -- the scheduler's methods ---------------------------------------------------------------------------
+
+    def flush_cache(self) -> bool:
+        """`Scheduler.flush_cache()`: whether it flushed (False: not fully idle, which it logs as a warning on the
+        root logger; the adapter's refusal carries that news instead)."""
+        with _root_warnings_off():
+            return bool(self.scheduler.flush_cache())
+
+    def abort(self, rid: int) -> None:
+        """`Scheduler.abort_request(AbortReq(rid))`, then the next step's `process_pending_chunked_abort()`."""
+        from sglang.srt.managers.io_struct import AbortReq
+
+        self.scheduler.abort_request(AbortReq(rid=upstream_rid(rid)))
+        self.scheduler.process_pending_chunked_abort()
+
+    def decode_result(self, batch: Any, tokens: list[int]) -> None:
+        """The result pass of a decode batch (`process_batch_result_decode`): the model worker sampled `tokens`,
+        one per request of `batch` in order."""
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
+        self.processor.process_batch_result_decode(batch, result)
+
+    def finish_check(self, req: Any, batch: Any) -> None:
+        """The per-request body of the result pass for a request that samples nothing more: its finish check
+        (`Req.update_finish_state(0)`: a pending `to_finish`, else the stop conditions over its outputs) and the
+        finish release (`_handle_finish_state_updated_req`); the caller holds the pass's free group."""
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        req.update_finish_state(0)
+        self.processor._handle_finish_state_updated_req(req, batch, GenerationBatchResult(), 0, None)
+
+
+@contextlib.contextmanager
+def _root_warnings_off() -> Iterator[None]:
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
+def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
+    """Every attribute the driven methods read, with the value a single-rank, non-disaggregated, non-overlapped
+    generation server without HiCache, dLLM, LMCache or a draft worker has."""
+    from sglang.srt.disaggregation.utils import DisaggregationMode
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    return {
+        "server_args": dialect.server_args,  # what 0.5.18's result pass and abort read their switches from
+        "req_to_token_pool": pool,
+        "token_to_kv_pool_allocator": allocator,
+        "tree_cache": cache,
+        "running_batch": ScheduleBatch(reqs=[], batch_is_full=False),
+        "waiting_queue": [],
+        "chunked_req": None,
+        "last_batch": None,
+        "cur_batch_for_debug": None,
+        "result_queue": deque(),
+        "_pending_chunked_abort_req": None,
+        "_engine_paused": False,
+        "is_generation": True,
+        "enable_overlap": False,
+        "enable_overlap_mlx": False,
+        "enable_continuous_input_polling": False,
+        "enable_hisparse": False,
+        "enable_hierarchical_cache": False,
+        "enable_lmcache": False,
+        "disaggregation_mode": DisaggregationMode.NULL,
+        "decode_offload_manager": None,
+        "hisparse_coordinator": None,
+        "draft_worker": None,
+        "model_worker": None,
+        "mm_receiver": None,
+        "dllm_config": None,
+        "dllm_manager": _dllm_manager(),
+        "model_config": _model_config(dialect),
+        "grammar_manager": StandIn("grammar queue", grammar_queue=[]),
+        "metrics_reporter": StandIn(
+            "metrics", is_stats_logging_rank=False, num_generated_tokens=0, forward_ct_decode=0
+        ),
+        "metrics_collector": StandIn("metrics collector"),
+        "output_streamer": StandIn("output transport"),
+        "rust_server": None,
+        "ipc_channels": StandIn("tokenizer transport", send_to_tokenizer=StandIn("tokenizer socket")),
+        "beam_coordinator": StandIn("beam search, never enabled"),
+        "enable_hicache_storage": False,
+        **_parallel_state(),
+    }
+
+
+def _parallel_state() -> dict[str, Any]:
+    """One rank of everything: 0.5.18 reads the scheduler's `ps` (later releases read `get_parallel()`)."""
+    try:
+        from sglang.srt.distributed.parallel_state_wrapper import ParallelState
+    except ImportError:
+        return {}
+    return {"ps": ParallelState.trivial()}
+
+
+def _dllm_manager() -> Any:
+    from sglang.srt.dllm.mixin.scheduler import DllmManager
+
+    return DllmManager(dllm_config=None)
+
+
+def _model_config(dialect: Any) -> Any:
+    """The batch's model-config stand-in, with the fields the result pass reads of a model without a thinking
+    template."""
+    config = dialect.model_config()
+    config.self_opened_think_start_ids = None  # 0.5.23
+    config.think_end_ids = None  # 0.5.18
+    return config
+
+
+def _result_processor(scheduler: Any) -> Any:
+    """`SchedulerBatchResultProcessor` as `Scheduler.init_batch_result_processor` builds it, given by field name
+    (releases add and drop fields)."""
+    from sglang.srt.managers.scheduler_components import batch_result_processor as module
+    from sglang.srt.managers.scheduler_components.logprob_result_processor import (
+        SchedulerLogprobResultProcessor,
+    )
+
+    known = {
+        name: getattr(scheduler, name, None)
+        for name in (
+            "is_generation",
+            "server_args",
+            "disaggregation_mode",
+            "enable_overlap",
+            "enable_overlap_mlx",
+            "model_config",
+            "token_to_kv_pool_allocator",
+            "tree_cache",
+            "hisparse_coordinator",
+            "req_to_token_pool",
+            "decode_offload_manager",
+            "metrics_collector",
+            "metrics_reporter",
+            "draft_worker",
+            "model_worker",
+            "output_streamer",
+            "beam_coordinator",
+        )
+    }
+    known["logprob_result_processor"] = SchedulerLogprobResultProcessor(model_config=scheduler.model_config)
+    known["abort_request"] = scheduler.abort_request
+    cls = module.SchedulerBatchResultProcessor
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{name: value for name, value in known.items() if name in fields})
