@@ -464,11 +464,12 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _show(self, focus: _Request | None) -> None:
         """Show the scheduler host where every request is: decoding ones in the running batch, retracted ones in
-        the waiting queue, and `focus` (else the first) of those mid-prefill on a row as the chunked request."""
-        live = [e for e in self.reqs.values() if self.dialect.row(e.req) is not None]
-        running = [e.req for e in live if e.status is ReqStatus.DECODING]
-        waiting = [e.req for e in self.reqs.values() if e.status is ReqStatus.WAITING]
-        chunked = [e.req for e in live if e.status is ReqStatus.RUNNING]
+        the waiting queue, and `focus` (else the first) of those mid-prefill as the chunked request, each with its
+        row or without one (a request whose row was freed under it is still in upstream's queues)."""
+        entries = list(self.reqs.values())
+        running = [e.req for e in entries if e.status is ReqStatus.DECODING]
+        waiting = [e.req for e in entries if e.status is ReqStatus.WAITING]
+        chunked = [e.req for e in entries if e.status is ReqStatus.RUNNING]
         if focus is not None and focus.req in chunked:
             chunked.insert(0, focus.req)
         self.host.show(running, waiting, chunked[0] if chunked else None)
