@@ -31,6 +31,8 @@ UNIFIED = "srt/mem_cache/unified_radix_cache.py"
 FULL = "srt/mem_cache/unified_cache/components/full.py"
 DECODE = "srt/disaggregation/decode.py"
 OFFLOAD = "srt/disaggregation/decode_kvcache_offload_manager.py"
+SCHEDULER = "srt/managers/scheduler.py"
+RESULT = "srt/managers/scheduler_components/batch_result_processor.py"
 
 _RELEASE = [
     SourceMutant(
@@ -379,4 +381,68 @@ _BATCHES = [
     ),
 ]
 
-MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES)
+# The scheduler's own methods around the pools (`impl.upstream.scheduler_host` runs them). Not here: an aborted
+# chunked request released with `checkpoint=True`; the model stashes a chunk (`cache_unfinished_req`) in the
+# step that computes it, so at any abort the tree already keys all the request holds and the mutant is
+# equivalent under the flows drawn (the window before `stash_chunked_request` is not drawn yet).
+_SCHEDULER = [
+    SourceMutant(
+        "flush-while-chunked",
+        SCHEDULER,
+        "            and self.chunked_req is None\n            and not self.dllm_manager.any_staging_reqs()\n",
+        "            and not self.dllm_manager.any_staging_reqs()\n",
+        "chunk-p1",
+        "a flush taken as idle while a request is mid-prefill: its row and slots wiped under it",
+    ),
+    SourceMutant(
+        "chunked-abort-still-chunked",
+        SCHEDULER,
+        "        self.chunked_req = None\n        self._pending_chunked_abort_req = None\n        # A client",
+        "        self._pending_chunked_abort_req = None\n        # A client",
+        "chunk-p1",
+        "an aborted chunked request released but left as the chunked request, its next chunk launched",
+    ),
+    SourceMutant(
+        "running-abort-never-finishes",
+        SCHEDULER,
+        "                else:\n                    req.to_finish = FINISH_ABORT()\n",
+        "                else:\n                    pass\n",
+        "chunk-p1",
+        "an abort of a running request that never sets `to_finish`: the request runs on, its KV never released",
+    ),
+    SourceMutant(
+        "finish-length-off-by-one",
+        BATCH,
+        "        if len(self.output_ids) >= self.sampling_params.max_new_tokens:\n",
+        "        if len(self.output_ids) > self.sampling_params.max_new_tokens:\n",
+        "chunk-p1",
+        "a length cap checked one token late: the finish and its release a step behind",
+    ),
+    SourceMutant(
+        "finish-never-released",
+        RESULT,
+        "                release_kv_cache(req, self.tree_cache, checkpoint=checkpoint)\n",
+        "                pass\n",
+        "chunk-p1",
+        "a finished request whose release the result pass skips (#29291's family: KV held past the finish)",
+    ),
+    SourceMutant(
+        "finish-not-checkpointed",
+        RESULT,
+        "                    else True\n                )\n                release_kv_cache(",
+        "                    else False\n                )\n                release_kv_cache(",
+        "radix-p1",
+        "a finished request released without its tree insert: the prefix cache loses what it should keep",
+    ),
+    SourceMutant(
+        "decode-pass-group-left-open",
+        RESULT,
+        "        self.output_streamer.stream_output(batch.reqs, batch.return_logprob)\n"
+        "        self.token_to_kv_pool_allocator.free_group_end()\n",
+        "        self.output_streamer.stream_output(batch.reqs, batch.return_logprob)\n",
+        "chunk-p1",
+        "a decode result pass that never closes its free group: the frees of every finish in it deferred forever",
+    ),
+]
+
+MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES, *_SCHEDULER)

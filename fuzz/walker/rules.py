@@ -103,8 +103,9 @@ RULES: dict[str, Rule] = {
         # drop the pending frees); an end only with one open, as the scheduler calls it.
         Rule("group_begin", (Pick(NO_REQUEST),), companion="group_end"),
         Rule("group_end", (Pick(NO_REQUEST),), ready=lambda s: s.group_open == 1),
-        # Flushing is for an idle pool: drawn once no request holds a row (waiting ones make it a refusal).
-        Rule("flush", (Pick(NO_REQUEST),), ready=lambda s: s.n_held_rows == 0, schedules=True),
+        # Flushing is for an idle pool, and drawn on a busy one too: there it is a refusal (a flush that takes a
+        # mid-prefill or decoding request for idle wipes its row and slots under it).
+        Rule("flush", (Pick(NO_REQUEST),), schedules=True),
         Rule("reuse_released", (Pick(RELEASED),), schedules=True),
         Rule("release_again", (Pick(RELEASED),)),
         Rule("free_row", (Pick(RELEASED),)),

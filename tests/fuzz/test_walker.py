@@ -19,7 +19,7 @@ from fuzz.walker.cli import main as walker_main
 from fuzz.walker.hunt import hunt
 from fuzz.walker.rules import EVERY_STATUS, FORBIDDEN, LEGAL, RULES, drawn_params, rule_for
 from fuzz.walker.shrink import shrink
-from fuzz.walker.walk import Walker
+from fuzz.walker.walk import Walker, WalkResult
 from model.actions import Action
 from model.state import Sizes
 from model.trace import Failure, Step, Trace, load
@@ -106,17 +106,29 @@ def test_every_op_the_target_implements_is_drawn() -> None:
     assert drawn == target_ops(RADIX)
 
 
+class _BatchTally(Walker):
+    """A walker that tallies every unchecked batch it sends, over all its walks (each walk a fresh lockstep)."""
+
+    sent = refused = 0
+
+    def _step(self, result: WalkResult) -> tuple[Failure | None, bool]:
+        failure, done = super()._step(result)
+        last = self.lock.steps[-1] if self.lock.steps and not done else None
+        if last is not None and last.op == "batch" and last.args.get("unchecked"):
+            self.sent += 1
+            self.refused += not last.choice
+        return failure, done
+
+
 def test_the_walker_sends_batches_unchecked_and_the_allocation_paths_refuse_them() -> None:
     """Some swarms send batches past the scheduler's budget (`fuzz.unchecked`): the allocation paths' own
     out-of-memory refusals are reached, each one a batch whose first allocation fails."""
     sent, refused = 0, 0
     for seed in range(12):
-        walker = Walker(CHUNK, seed)
+        walker = _BatchTally(CHUNK, seed)
         result = walker.run(steps=800)
         assert result.failure is None, result.failure
-        batches = [step for step in walker.lock.steps if step.op == "batch" and step.args.get("unchecked")]
-        sent += len(batches)
-        refused += sum(1 for step in batches if not step.choice)
+        sent, refused = sent + walker.sent, refused + walker.refused
     assert sent > 0 and refused > 0, (sent, refused)
 
 
