@@ -43,7 +43,7 @@ WALK_STEPS = 1_500  # one walker seed's run; a slice walks seeds until it has ta
 EXAM_BUDGET_S = 60.0
 TARGET_RATIO = 3.0  # the walker's steps per second over the machine's, at least
 SECONDS_PER_HOUR = 3600.0
-POOL_OPS = sorted(lockstep_module.OPS - {lockstep_module.DIFFERENTIAL})
+POOL_OPS = sorted(lockstep_module.OPS - lockstep_module.HARNESS_OPS)
 
 
 @dataclass

@@ -208,7 +208,10 @@ def _run(args: argparse.Namespace) -> int:
         on_first_failure=lambda seconds, failure: print(first_failure_line(seconds, failure), flush=True),
     )
     rate = result.steps / result.seconds if result.seconds > 0 else 0.0
-    print(f"  {result.cases} test cases, {result.steps} lockstep steps in {result.seconds:.1f} s ({rate:.0f} steps/s)")
+    print(
+        f"  {result.cases} test cases ({result.ops.get('drain', 0)} drained), {result.steps} lockstep steps in "
+        f"{result.seconds:.1f} s ({rate:.0f} steps/s)"
+    )
     if args.coverage:
         print(coverage_table(result.corners))
     if result.counterexample is None:

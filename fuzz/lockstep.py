@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzz.drain import DRAIN, drain
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
@@ -50,7 +51,8 @@ _CALLS: dict[str, Call] = {
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
-OPS = frozenset(_CALLS) | {DIFFERENTIAL}
+HARNESS_OPS = frozenset({DIFFERENTIAL, DRAIN})  # the harness's own steps, which call no single pool method
+OPS = frozenset(_CALLS) | HARNESS_OPS
 # What each batch entry's op passes to the target.
 _ENTRY_FIELDS = {"admit": ("req", "n", "prompt", "family", "kind"), "extend": ("req", "n"), "decode": ("req",)}
 
@@ -105,6 +107,7 @@ class Lockstep:
     ops: frozenset[str] = field(init=False)
     model: Model = field(init=False)
     snap: PoolSnapshot = field(init=False)
+    fresh: PoolSnapshot = field(init=False)  # the pool as built, which a drain must bring it back to
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
     generations: GenerationLedger = field(default_factory=GenerationLedger)
@@ -115,9 +118,9 @@ class Lockstep:
 
     def __post_init__(self) -> None:
         self.target = make_target(self.config)
-        self.ops = target_ops(self.config)
+        self.ops = target_ops(self.config) | {DRAIN}
         self.model = Model(model_sizes(self.config))
-        self.snap = self.target.snapshot()
+        self.snap = self.fresh = self.target.snapshot()
 
     def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
         """Run one step on both sides; the failure it shows, if any. The step is recorded either way."""
@@ -125,6 +128,13 @@ class Lockstep:
             raise ValueError(f"the {self.config.get('target', 'reference')} target does not implement {op!r}")
         if op == DIFFERENTIAL:
             return self.differential(inputs["req"])
+        if op == DRAIN:
+            return drain(self)
+        return self.pool_step(op, inputs)
+
+    def pool_step(self, op: str, inputs: dict[str, int]) -> Failure | None:
+        """One contract op on both sides (what `step` runs for every op but the harness's own, and what a drain
+        runs for each of its releases, uncounted by subclasses that count steps)."""
         index, before = len(self.steps), self.snap
         args = {**inputs, **self._observed(op, inputs)}
         legal = self.model.enabled(op, args)

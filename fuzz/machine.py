@@ -22,6 +22,7 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
+from fuzz.drain import DRAIN, drains
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.targets import target_ops
 from fuzz.unchecked import unchecked
@@ -147,6 +148,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     rules = SWARMS[recorder.swarm]
     # Only ops the target implements are drawn: a rule whose op it lacks never runs, a release draws its paths.
     ops = target_ops(recorder.config) - recorder.exclude
+    drained = drains(ops, recorder.exclude)
     releases = [path for path in ("finish", "pp_release", "retract", "abort") if path in ops]
     negatives = [op for op in ("release_again", "free_row") if op in ops]
 
@@ -162,6 +164,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             super().__init__()
             self.lock = recorder.driver(recorder.config)
             self.next_rid = 0
+            self.failed = False
             self.most_rows_held = 0
             self.most_slots_held = 0
             self._status_key = -1
@@ -177,6 +180,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
                 recorder.corners[corner] = recorder.corners.get(corner, 0) + 1
                 event(corner)
             if failure is not None:
+                self.failed = True
                 if recorder.on_failure is not None:
                     recorder.on_failure(self.lock, failure)
                 raise StepFailed(failure)
@@ -186,6 +190,9 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             )
 
         def teardown(self) -> None:
+            # Every case that passed ends with a drain (`fuzz.drain`), unless the run excludes it.
+            if not self.failed and drained:
+                self._do(DRAIN, {})
             # Steer towards crowded pools, where rows, slots and tree pages run out and get shared.
             target(float(self.most_rows_held), label="most rows held at once")
             target(float(self.most_slots_held), label="most slots out of the free list at once")

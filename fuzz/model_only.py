@@ -31,7 +31,7 @@ class ModelOnly:
         return _Rows([r for r in range(1, self.model.sizes.rows + 1) if not s.row_held.get(r)])
 
     def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
-        if op == "differential":
+        if op in ("differential", "drain"):  # the model alone has no pool to compare or drain
             return None
         s, req = self.model.state, inputs.get("req", -1)
         args = {**inputs, "prefix": s.rec_P.get(req) if s.rec_row.get(req) else 0}

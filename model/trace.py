@@ -142,12 +142,13 @@ def _shape(action: Action, optional: frozenset[str]) -> StepShape:
 
 @functools.cache
 def step_schema() -> dict[str, StepShape]:
-    """Every op of the contract, and the harness's observation step (it changes nothing on model or pool)."""
+    """Every op of the contract, the harness's observation step (it changes nothing on model or pool) and its drain
+    (`fuzz.drain`: releases the model works out from its own state)."""
     from model.actions import CONTRACT, OPTIONAL_ARGS, actions_for  # loaded once a step is to be checked
     from model.batch import batch_action
 
     shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, batch_action(actions_for()))}
-    return shapes | {"differential": StepShape({"req": SORTS["req"]}, {})}
+    return shapes | {"differential": StepShape({"req": SORTS["req"]}, {}), "drain": StepShape({}, {})}
 
 
 # -- the trace --------------------------------------------------------------------------------------------

@@ -127,8 +127,8 @@ def _hunt(args: argparse.Namespace, config: dict[str, Any], seed: int, steps: in
     print(f"  swarm: {walk.swarm.describe()}")
     rate = walk.steps / walk.seconds if walk.seconds > 0 else 0.0
     print(
-        f"  {walk.steps} lockstep steps in {walk.seconds:.1f} s ({rate:.0f} steps/s), {walk.walks} walks, "
-        f"{walk.coverage.distinct} distinct transitions"
+        f"  {walk.steps} lockstep steps in {walk.seconds:.1f} s ({rate:.0f} steps/s), {walk.walks} walks "
+        f"({walk.ops.get('drain', 0)} drained), {walk.coverage.distinct} distinct transitions"
     )
     if result.counterexample is None or result.shrunk is None or walk.trace is None:
         print("fuzz.walker run: nothing found")

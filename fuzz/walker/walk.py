@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzz.drain import DRAIN, drains
 from fuzz.lockstep import Lockstep
 from fuzz.targets import target_ops
 from fuzz.walker.coverage import Coverage, outcome, shape
@@ -36,7 +37,7 @@ class Sample:
 @dataclass
 class WalkResult:
     """A run's outcome: the failure (None when every step passed) and its walk's trace, unshrunk, with what
-    the run cost and reached."""
+    the run cost and reached. `steps` counts the drawn steps; the drain that ends each walk is counted in `ops`."""
 
     seed: int
     swarm: Swarm
@@ -75,6 +76,7 @@ class Walker:
         companions = {op: rule.companion for op, rule in rules.items() if rule.companion in ops}
         self.swarm = draw_swarm(self.rng, ops, creators, companions)
         self.drawer = Drawer(self.rng, self.lock.model.sizes, actions, ops, self.swarm, drawn_kinds(exclude))
+        self.drains = drains(ops, exclude)  # every walk ends with a drain (`fuzz.drain`)
 
     def run(
         self,
@@ -105,6 +107,8 @@ class Walker:
                         _sample(result, now - start, on_sample)
                     if budget_s is not None and now - start >= budget_s:
                         break
+            if result.failure is None and self.drains:
+                self._drain(result)
             out_of_time = budget_s is not None and time.perf_counter() - start >= budget_s
             if result.failure is not None or out_of_time or result.steps == taken:  # a walk that drew nothing
                 break
@@ -126,6 +130,17 @@ class Walker:
         result.ops[op] = result.ops.get(op, 0) + 1
         result.coverage.add((before, op, outcome(op, lock.corners, failure.kind if failure else None)))
         return failure, False
+
+    def _drain(self, result: WalkResult) -> None:
+        """End the walk with a drain; a failure there is the walk's."""
+        lock = self.lock
+        before = shape(lock.model.sizes, lock.model.state, ids_by_status(lock.model.state))
+        failure = lock.step(DRAIN, {})
+        result.ops[DRAIN] = result.ops.get(DRAIN, 0) + 1
+        result.coverage.add((before, DRAIN, outcome(DRAIN, lock.corners, failure.kind if failure else None)))
+        if failure is not None:
+            result.failure = failure
+            result.trace = Trace(self.config, self.seed, lock.steps[: failure.step + 1], failure)
 
 
 def _sample(result: WalkResult, seconds: float, on_sample: Callable[[Sample], None] | None) -> None:

@@ -103,7 +103,7 @@ def test_every_op_the_target_implements_is_drawn() -> None:
     drawn: set[str] = set()
     for seed in range(8):
         drawn |= set(Walker(RADIX, seed).run(steps=400).ops)
-    assert drawn == target_ops(RADIX)
+    assert drawn == target_ops(RADIX) | {"drain"}  # every walk ends with a drain
 
 
 class _BatchTally(Walker):
@@ -203,7 +203,8 @@ def test_nothing_the_scheduler_does_is_drawn_while_a_free_group_is_open(monkeypa
     for seed in range(6):
         assert Walker(RADIX, seed).run(steps=400).failure is None
     assert "group_begin" in drawn_in_group  # a nested begin, the refusal the contract owes
-    assert not {op for op in drawn_in_group if RULES[op].schedules}, drawn_in_group
+    # The drain (no rule: it ends every walk) closes the group before it releases anything.
+    assert not {op for op in drawn_in_group - {"drain"} if RULES[op].schedules}, drawn_in_group
 
 
 def test_a_swarm_that_begins_a_group_can_end_it() -> None:

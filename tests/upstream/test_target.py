@@ -429,7 +429,7 @@ def test_flush_is_refused_while_busy_and_clears_an_idle_pool() -> None:
 
 def test_ops_lists_every_lockstep_call() -> None:
     """The target takes every op the model has (the differential is the harness's own step)."""
-    assert LOCKSTEP_OPS - {"differential"} == SglangPool.OPS
+    assert LOCKSTEP_OPS - {"differential", "drain"} == SglangPool.OPS
     assert all(callable(getattr(SglangPool, op, None)) for op in SglangPool.OPS)
 
 
