@@ -34,9 +34,7 @@ PARTS: list[tuple[str, Any, str]] = [
     ("  model judgement and step", Model, "step"),
     ("  model: is the call legal", Model, "enabled"),
 ]
-POOL_OPS = sorted(
-    lockstep_module.OPS - {lockstep_module.DIFFERENTIAL, lockstep_module.DRAIN}
-)  # the pool methods a step calls
+POOL_OPS = sorted(lockstep_module.OPS - lockstep_module.HARNESS_OPS)  # the pool methods a step calls
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from model.concrete import Model
 from model.trace import Failure, Step
-from properties.vocabulary import LIVE_STATUSES, STATUS_DECODE, STATUS_WAITING
+from properties.vocabulary import LIVE_STATUSES, STATUS_CODES, STATUS_DECODE, STATUS_WAITING
 
 DRAIN = "drain"
 ENDING = LIVE_STATUSES | {STATUS_WAITING}
@@ -152,8 +152,6 @@ def _holdings(model: Model) -> str:
 
 
 def _status_name(status: int) -> str:
-    from properties.vocabulary import STATUS_CODES
-
     return next((name for name, code in STATUS_CODES.items() if code == status), str(status))
 
 

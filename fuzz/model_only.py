@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fuzz.lockstep import HARNESS_OPS
 from fuzz.targets import model_sizes
 from model.concrete import Model
 from model.trace import Failure, Step
@@ -31,7 +32,7 @@ class ModelOnly:
         return _Rows([r for r in range(1, self.model.sizes.rows + 1) if not s.row_held.get(r)])
 
     def step(self, op: str, inputs: dict[str, int]) -> Failure | None:
-        if op in ("differential", "drain"):  # the model alone has no pool to compare or drain
+        if op in HARNESS_OPS:  # the model alone has no pool to compare or drain
             return None
         s, req = self.model.state, inputs.get("req", -1)
         args = {**inputs, "prefix": s.rec_P.get(req) if s.rec_row.get(req) else 0}

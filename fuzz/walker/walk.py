@@ -95,9 +95,7 @@ class Walker:
             taken = result.steps
             for _ in range(self.swarm.walk_steps):
                 failure, done = self._step(result)
-                if failure is not None:
-                    result.failure = failure
-                    result.trace = Trace(self.config, self.seed, self.lock.steps[: failure.step + 1], failure)
+                self._fail(result, failure)
                 if failure is not None or done or result.steps == steps:
                     break
                 if result.steps % CLOCK_EVERY == 0:
@@ -125,22 +123,27 @@ class Walker:
         if drawn is None:
             return None, True
         op, args = drawn
-        failure = lock.step(op, args)
         result.steps += 1
-        result.ops[op] = result.ops.get(op, 0) + 1
-        result.coverage.add((before, op, outcome(op, lock.corners, failure.kind if failure else None)))
-        return failure, False
+        return self._take(result, before, op, args), False
 
     def _drain(self, result: WalkResult) -> None:
         """End the walk with a drain; a failure there is the walk's."""
+        before = shape(self.lock.model.sizes, self.lock.model.state, ids_by_status(self.lock.model.state))
+        self._fail(result, self._take(result, before, DRAIN, {}))
+
+    def _take(self, result: WalkResult, before: str, op: str, args: dict[str, int]) -> Failure | None:
+        """Step `op` through the lockstep, counting it and the transition it reached from `before`."""
         lock = self.lock
-        before = shape(lock.model.sizes, lock.model.state, ids_by_status(lock.model.state))
-        failure = lock.step(DRAIN, {})
-        result.ops[DRAIN] = result.ops.get(DRAIN, 0) + 1
-        result.coverage.add((before, DRAIN, outcome(DRAIN, lock.corners, failure.kind if failure else None)))
+        failure = lock.step(op, args)
+        result.ops[op] = result.ops.get(op, 0) + 1
+        result.coverage.add((before, op, outcome(op, lock.corners, failure.kind if failure else None)))
+        return failure
+
+    def _fail(self, result: WalkResult, failure: Failure | None) -> None:
+        """Make `failure` (if any) the run's, with its walk's trace up to the failing step."""
         if failure is not None:
             result.failure = failure
-            result.trace = Trace(self.config, self.seed, lock.steps[: failure.step + 1], failure)
+            result.trace = Trace(self.config, self.seed, self.lock.steps[: failure.step + 1], failure)
 
 
 def _sample(result: WalkResult, seconds: float, on_sample: Callable[[Sample], None] | None) -> None:
