@@ -37,6 +37,12 @@ def drains(ops: frozenset[str], exclude: frozenset[str]) -> bool:
     return ops >= NEEDED and DRAIN not in exclude
 
 
+def drain_args(exclude: frozenset[str]) -> dict[str, int]:
+    """The drain step of a run that excludes `exclude`: a run that never flushes (a known finding's trigger on this
+    release) drains without the flush, and its pool must then be full but for an unlocked, evictable tree."""
+    return {"flush": 0} if "flush" in exclude else {}
+
+
 class Drained(Protocol):
     """What a drain reads and steps of the lockstep driver (`fuzz.lockstep.Lockstep`)."""
 
@@ -54,28 +60,30 @@ class Stuck(Exception):
     """No release the model allows is left for what the pool still holds."""
 
 
-def drain(lock: Drained) -> Failure | None:
-    """Drain `lock` as one step; the failure it shows, if any. Its releases are not kept as steps of their own."""
+def drain(lock: Drained, flush: bool = True) -> Failure | None:
+    """Drain `lock` as one step; the failure it shows, if any. Its releases are not kept as steps of their own.
+    Without `flush` the cache keeps what the tree holds, which must then all be evictable."""
     index = len(lock.steps)
-    failure, taken = _releases(lock, index)
+    failure, taken = _releases(lock, index, lock.ops if flush else lock.ops - {"flush"})
     del lock.steps[index:]
-    lock.steps.append(Step(DRAIN, {}))
+    lock.steps.append(Step(DRAIN, {} if flush else {"flush": 0}))
     lock.corners = [f"drain: {taken} releases"]
     if failure is not None:
         return failure
-    problems = undrained(lock.model, lock.snap, lock.fresh)
+    problems = undrained(lock.model, lock.snap, lock.fresh, flushed=flush)
     if problems:
         lock.corners = ["drain: not back to full"]
         return Failure(index, "drain", "not back to full", "after the drain " + "; ".join(problems))
     return None
 
 
-def _releases(lock: Drained, index: int) -> tuple[Failure | None, int]:
-    """Run the drain's releases through the lockstep; the first failure (at the drain's step) and how many ran."""
+def _releases(lock: Drained, index: int, ops: frozenset[str]) -> tuple[Failure | None, int]:
+    """Run the drain's releases (from `ops`) through the lockstep; the first failure (at the drain's step) and how
+    many ran."""
     bound = len(lock.model.known_requests()) + 2
     for taken in range(bound + 1):
         try:
-            release = next_release(lock.model, lock.ops)
+            release = next_release(lock.model, ops)
         except Stuck as exc:
             return Failure(index, "drain", "cannot drain", str(exc)), taken
         if release is None:
@@ -115,28 +123,44 @@ def _ending(model: Model, ops: frozenset[str], rid: int, status: int) -> Release
     raise Stuck(f"request {rid} ({_status_name(status)}) is still there and none of {tried} is allowed on it")
 
 
-def undrained(model: Model, snap: Any, fresh: Any) -> list[str]:
-    """What a drained pool (`snap`, and the model's state) still holds that the pool as built (`fresh`) did not."""
+def undrained(model: Model, snap: Any, fresh: Any, flushed: bool = True) -> list[str]:
+    """What a drained pool (`snap`, and the model's state) still holds that the pool as built (`fresh`) did not;
+    an unflushed drain may leave the tree holding slots, none protected, all evictable and counted back as free."""
     s, problems = model.state, []
     if len(snap.free_rows) != len(fresh.free_rows):
         problems.append(f"{len(fresh.free_rows) - len(snap.free_rows)} rows not free")
-    if _free(snap) != _free(fresh):
+    cached = 0 if flushed else _cached(snap, fresh)
+    if _free(snap) + cached != _free(fresh):
         problems.append(f"{_free(snap)} of the {_free(fresh)} free slots (or pages) at the start are free")
     if snap.row_slots:
         problems.append(f"requests {sorted(snap.row_slots)} still hold rows")
-    if snap.tree_slots.numel() or snap.evictable_size or snap.protected_size:
-        problems.append(
-            f"the tree still holds {snap.tree_slots.numel()} slots "
-            f"(evictable {snap.evictable_size}, protected {snap.protected_size})"
-        )
+    problems += _tree_problems(snap, flushed)
     if snap.group_open or snap.pending_pages.numel():
         problems.append(f"a free group is open or pending ({snap.pending_pages.numel()} pages)")
     locked = sorted(r for r in model.known_requests() if s.rec_locked.get(r))
     if locked:
         problems.append(f"the model says requests {locked} still lock the tree")
-    if s.n_held_rows or s.owned_slots or s.tree_slots or s.pending_slots:
+    if s.n_held_rows or s.owned_slots or (s.tree_slots and flushed) or s.pending_slots:
         problems.append(f"the model is not back to full: {_holdings(model)}")
     return problems
+
+
+def _tree_problems(snap: Any, flushed: bool) -> list[str]:
+    """What the tree still holds that a drain (flushed, or not) must not leave."""
+    held, evictable = int(snap.tree_slots.numel()), int(snap.evictable_size)
+    problems = []
+    if (held or evictable) if flushed else evictable != held:
+        tail = "" if flushed else ", not all of them evictable"
+        problems.append(f"the tree still holds {held} slots (evictable {evictable}){tail}")
+    if snap.protected_size:
+        problems.append(f"the tree still protects {snap.protected_size} slots")
+    return problems
+
+
+def _cached(snap: Any, fresh: Any) -> int:
+    """What the tree holds, in the free list's unit (pages where the pool counts pages; the tree holds whole
+    pages)."""
+    return int(snap.tree_slots.numel()) // max(1, int(fresh.page_size))
 
 
 def _free(snap: Any) -> int:

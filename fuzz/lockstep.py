@@ -129,7 +129,7 @@ class Lockstep:
         if op == DIFFERENTIAL:
             return self.differential(inputs["req"])
         if op == DRAIN:
-            return drain(self)
+            return drain(self, flush=inputs.get("flush", 1) == 1)
         return self.pool_step(op, inputs)
 
     def pool_step(self, op: str, inputs: dict[str, int]) -> Failure | None:

@@ -22,7 +22,7 @@ from hypothesis import event, target
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from fuzz.drain import DRAIN, drains
+from fuzz.drain import DRAIN, drain_args, drains
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.targets import target_ops
 from fuzz.unchecked import unchecked
@@ -192,7 +192,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def teardown(self) -> None:
             # Every case that passed ends with a drain (`fuzz.drain`), unless the run excludes it.
             if not self.failed and drained:
-                self._do(DRAIN, {})
+                self._do(DRAIN, drain_args(recorder.exclude))
             # Steer towards crowded pools, where rows, slots and tree pages run out and get shared.
             target(float(self.most_rows_held), label="most rows held at once")
             target(float(self.most_slots_held), label="most slots out of the free list at once")

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fuzz.drain import DRAIN
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import replay
@@ -100,11 +101,16 @@ class Finding:
         """Whether the trace takes an op, or draws a request kind, that the finding's `fuzz_exclude` names."""
         kinds = {KIND_EXCLUSIONS[name] for name in self.fuzz_exclude if name in KIND_EXCLUSIONS}
         for step in trace.steps:
-            if step.op in self.fuzz_exclude:
+            if step.op in self.fuzz_exclude or (_flushes(step) and "flush" in self.fuzz_exclude):
                 return True
             if any(value in kinds for key, value in step.args.items() if key.startswith("kind")):
                 return True
         return False
+
+
+def _flushes(step: Step) -> bool:
+    """Whether a step flushes the cache as part of what it does: a drain does, unless it says it does not."""
+    return step.op == DRAIN and step.args.get("flush", 1) == 1
 
 
 def is_release(version: str) -> bool:

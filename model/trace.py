@@ -140,6 +140,10 @@ def _shape(action: Action, optional: frozenset[str]) -> StepShape:
     return StepShape(args, dict.fromkeys(action.choice, CHOICE), optional & set(args))
 
 
+# A drain flushes the cache at its end unless `flush` is 0 (a run that excludes flush: `fuzz.drain.drain_args`).
+DRAIN_SHAPE = StepShape({"flush": integer(0, 1)}, {}, frozenset({"flush"}))
+
+
 @functools.cache
 def step_schema() -> dict[str, StepShape]:
     """Every op of the contract, the harness's observation step (it changes nothing on model or pool) and its drain
@@ -148,7 +152,7 @@ def step_schema() -> dict[str, StepShape]:
     from model.batch import batch_action
 
     shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, batch_action(actions_for()))}
-    return shapes | {"differential": StepShape({"req": SORTS["req"]}, {}), "drain": StepShape({}, {})}
+    return shapes | {"differential": StepShape({"req": SORTS["req"]}, {}), "drain": DRAIN_SHAPE}
 
 
 # -- the trace --------------------------------------------------------------------------------------------

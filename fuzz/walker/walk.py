@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fuzz.drain import DRAIN, drains
+from fuzz.drain import DRAIN, drain_args, drains
 from fuzz.lockstep import Lockstep
 from fuzz.targets import target_ops
 from fuzz.walker.coverage import Coverage, outcome, shape
@@ -77,6 +77,7 @@ class Walker:
         self.swarm = draw_swarm(self.rng, ops, creators, companions)
         self.drawer = Drawer(self.rng, self.lock.model.sizes, actions, ops, self.swarm, drawn_kinds(exclude))
         self.drains = drains(ops, exclude)  # every walk ends with a drain (`fuzz.drain`)
+        self.drain_args = drain_args(exclude)
 
     def run(
         self,
@@ -129,7 +130,7 @@ class Walker:
     def _drain(self, result: WalkResult) -> None:
         """End the walk with a drain; a failure there is the walk's."""
         before = shape(self.lock.model.sizes, self.lock.model.state, ids_by_status(self.lock.model.state))
-        self._fail(result, self._take(result, before, DRAIN, {}))
+        self._fail(result, self._take(result, before, DRAIN, self.drain_args))
 
     def _take(self, result: WalkResult, before: str, op: str, args: dict[str, int]) -> Failure | None:
         """Step `op` through the lockstep, counting it and the transition it reached from `before`."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.drain import DRAIN, Stuck, next_release, undrained
+from fuzz.drain import DRAIN, Stuck, drain_args, next_release, undrained
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from fuzz.replay import replay
@@ -103,7 +103,7 @@ def test_a_drain_that_leaves_the_tree_locked_is_found(monkeypatch: pytest.Monkey
     monkeypatch.setattr("fuzz.lockstep.Lockstep._observe", lambda self, index: None)
     failure = lock.step(DRAIN, {})
     assert failure is not None and (failure.kind, failure.id) == ("drain", "not back to full")
-    assert "protected 4" in failure.message
+    assert "the tree still protects 4 slots" in failure.message
 
 
 def test_a_trace_ending_in_a_drain_replays_it() -> None:
@@ -118,3 +118,36 @@ def test_every_walk_ends_with_a_drain_unless_it_is_excluded() -> None:
     result = Walker(CHUNK, 3).run(steps=600)
     assert result.failure is None and result.ops[DRAIN] == result.walks
     assert DRAIN not in Walker(CHUNK, 3, exclude=frozenset({DRAIN})).run(steps=600).ops
+
+
+def test_a_run_that_excludes_flush_drains_without_one_and_leaves_an_evictable_tree() -> None:
+    lock = _busy(RADIX)
+    args = drain_args(frozenset({"flush"}))
+    assert lock.step(DRAIN, args) is None and lock.steps[-1] == Step(DRAIN, {"flush": 0})
+    assert lock.snap.tree_slots.numel() > 0 and lock.snap.evictable_size == lock.snap.tree_slots.numel()
+    assert undrained(lock.model, lock.snap, lock.fresh, flushed=False) == []
+    assert any(p.startswith("the tree still holds") for p in undrained(lock.model, lock.snap, lock.fresh))
+    assert replay(Trace(RADIX, None, lock.steps)).failure is None
+
+
+def test_an_unflushed_drain_still_finds_a_locked_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    lock = _busy(RADIX)
+    real = ReferencePool.snapshot
+
+    def snapshot(self: ReferencePool) -> object:
+        snap = real(self)
+        object.__setattr__(snap, "evictable_size", max(0, snap.evictable_size - 4))
+        return snap
+
+    monkeypatch.setattr(ReferencePool, "snapshot", snapshot)
+    monkeypatch.setattr("fuzz.lockstep.Lockstep._observe", lambda self, index: None)
+    failure = lock.step(DRAIN, {"flush": 0})
+    assert failure is not None and (failure.kind, failure.id) == ("drain", "not back to full")
+    assert "not all of them evictable" in failure.message
+
+
+def test_walks_that_exclude_flush_end_with_unflushed_drains() -> None:
+    walker = Walker(RADIX, 4, exclude=frozenset({"flush"}))
+    result = walker.run(steps=400)
+    assert result.failure is None and result.ops[DRAIN] == result.walks and "flush" not in result.ops
+    assert walker.lock.steps[-1] == Step(DRAIN, {"flush": 0})

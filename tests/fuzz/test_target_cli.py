@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 import fuzz.targets
+from fuzz.drain import DRAIN
 from fuzz.lockstep import OPS
 from fuzz.profiles import DEFAULT_POOL, Profile
 from fuzz.run import run
 from fuzz.targets import target_ops
 from fuzz.upstream_verify import FindingsError, load_findings
 from impl.engine import ReferencePool
-from model.trace import load
+from model.trace import Step, Trace, load
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = Profile("test", max_examples=40, steps_per_case=15, derandomize=True, keep_database=False)
@@ -166,3 +167,12 @@ def test_a_malformed_finding_is_refused_in_one_line(tmp_path: Path, change: dict
     with pytest.raises(FindingsError, match=reason) as refusal:
         load_findings(path)
     assert "\n" not in str(refusal.value)
+
+
+def test_a_flushing_drain_triggers_a_flush_finding_and_an_unflushed_one_does_not() -> None:
+    (finding,) = [f for f in load_findings(ROOT / "upstream" / "findings.json") if f.id == "clear-zeroes-generations"]
+    admit = Step("admit", {"req": 0, "n": 4, "prompt": 4, "family": 0})
+    with_drain = [admit, Step(DRAIN, {})]
+    assert finding.triggered_by(Trace(DEFAULT_POOL, None, with_drain))
+    assert not finding.triggered_by(Trace(DEFAULT_POOL, None, [admit, Step(DRAIN, {"flush": 0})]))
+    assert not finding.triggered_by(Trace(DEFAULT_POOL, None, [admit]))

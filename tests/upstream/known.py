@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fuzz.upstream_verify import load_findings
+from fuzz.upstream_verify import fuzz_excluded, load_findings
 from impl.upstream.releases import closest_release
 
 FINDINGS = Path(__file__).resolve().parents[2] / "upstream" / "findings.json"
@@ -15,6 +15,11 @@ def findings_on(version: str) -> frozenset[str]:
     no release names: a source checkout is expected to behave as the release it grew from)."""
     release = closest_release(version).version
     return frozenset(f.id for f in load_findings(FINDINGS) if release in f.versions)
+
+
+def excluded_on(version: str) -> frozenset[str]:
+    """The ops (and request kinds) fuzzing drops on `version`'s release: the triggers of its known findings."""
+    return fuzz_excluded(load_findings(FINDINGS), closest_release(version).version)
 
 
 def offload_release_crashes_on(version: str, cache: str) -> bool:
