@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzz.drain import DRAIN, drain
+from fuzz.retraction import OriginLedger, retracted_choice
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.interp import PY
+from model.retract_decode import RETRACT_DECODE
 from model.trace import Failure, Step
 from properties.abstraction import Observation, observe
 from properties.check import check_snapshot
@@ -40,6 +42,7 @@ _CALLS: dict[str, Call] = {
     "pp_release": lambda t, a: t.pp_release(a["req"]),
     "pp_release_manual": lambda t, a: t.pp_release_manual(a["req"]),
     "retract": lambda t, a: t.retract(a["req"]),
+    "retract_decode": lambda t, a: t.retract_decode(),
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
@@ -111,6 +114,7 @@ class Lockstep:
     steps: list[Step] = field(default_factory=list)
     last_row: dict[int, int] = field(default_factory=dict)
     generations: GenerationLedger = field(default_factory=GenerationLedger)
+    origins: OriginLedger = field(default_factory=OriginLedger)  # what a decode retraction's pick order reads
     corners: list[str] = field(default_factory=list)  # the lifecycle corners the last step reached
     # The observation of the last snapshot observed: a refusal compares the snapshot before it, which the step
     # before observed already (a snapshot is a copy, so its observation never changes).
@@ -160,7 +164,7 @@ class Lockstep:
             evictions.append((args["n"], int(result)))
         return (
             self._judge(index, op, {**args, **choice})
-            or self._judge_evictions(index, before, evictions)
+            or self._judge_evictions(index, before, evictions, unlocks_between=op == RETRACT_DECODE)
             or self._observe(index)
         )
 
@@ -254,6 +258,8 @@ class Lockstep:
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
         if op == "batch":
             return self.target.peek_batch_evictable(batch_entries(inputs))
+        if op == RETRACT_DECODE:  # a lower bound: what each retraction unlocks may be evicted too
+            return self.snap.evictable_size
         rid = inputs["req"]
         if op == "admit":
             return self.target.peek_evictable(rid, inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"])
@@ -280,6 +286,8 @@ class Lockstep:
             choice["row"] = result
         if op == "batch":
             choice.update((f"row{i}", row) for i, row in enumerate(result))
+        if op == RETRACT_DECODE:
+            choice.update(retracted_choice(result))
         if "freed" in action.choice:
             choice["freed"] = result
         if "evicted" in action.choice and self.config.get("evict_on_demand"):
@@ -349,6 +357,9 @@ class Lockstep:
         )
 
     def _judge(self, index: int, op: str, args: dict[str, int]) -> Failure | None:
+        wrong = self.origins.wrong_pick(self.model.state, args) if op == RETRACT_DECODE else None
+        if wrong:
+            return Failure(index, "illegal-choice", op, f"{_call(op, args)} broke the retraction order: {wrong}")
         if not self.model.choice_ok(op, args):
             chosen = ", ".join(f"{k}={args[k]}" for k in self.model.action(op).choice if k in args)
             return Failure(
@@ -357,6 +368,7 @@ class Lockstep:
                 op,
                 f"the pool chose {chosen} for {_call(op, args)}, which the contract does not allow here",
             )
+        self._note_origins(op, args)
         self.model.step(op, args)
         if "row" in args and op in ("admit", "extend", "pd_prealloc"):
             self.last_row[args["req"]] = args["row"]
@@ -366,10 +378,20 @@ class Lockstep:
                     self.last_row[entry["req"]] = args[f"row{i}"]
         return None
 
-    def _judge_evictions(self, index: int, before: PoolSnapshot, evictions: list[tuple[int, int]]) -> Failure | None:
+    def _note_origins(self, op: str, args: dict[str, int]) -> None:
+        """The prompt each admission (alone or in a batch) brings, before the model steps past it."""
+        entries = batch_entries(args) if op == "batch" else [(op, args)]
+        for entry_op, entry in entries:
+            if entry_op in ("admit", "pd_prealloc"):  # a PD-decode request arrives with its prompt prefilled
+                prompt = entry.get("prompt", 0) if entry_op == "admit" else entry["fill"]
+                self.origins.admitted(self.model.state, entry["req"], prompt)
+
+    def _judge_evictions(
+        self, index: int, before: PoolSnapshot, evictions: list[tuple[int, int]], unlocks_between: bool = False
+    ) -> Failure | None:
         if not evictions and not before.tree_slots.numel():
             return None  # nothing evicted and no tree slot before: nothing the rules could find
-        problems = check_evictions(before, self.snap, evictions, self.snap.page_size)
+        problems = check_evictions(before, self.snap, evictions, self.snap.page_size, unlocks_between)
         return Failure(index, "invariant", "eviction", "; ".join(problems)) if problems else None
 
     def _observe(self, index: int) -> Failure | None:
@@ -443,6 +465,10 @@ def step_corners(
     if op == "batch":
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)})
         corners.append(f"batch: {args['size']} entries ({', '.join(ops)})")
+    if op == RETRACT_DECODE:
+        corners.append(f"retract_decode: retracted {('none', 'one', 'several')[min(choice['retracted'], 2)]}")
+        if choice["aborted"]:
+            corners.append("retract_decode: aborted the last request")
     record, previous = after.records.get(args.get("req", -1)), before.records.get(args.get("req", -1))
     if args.get("prefix", 0) > 0:
         corners.append(f"{op}: prefix matched in the tree")

@@ -335,6 +335,12 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             if ok:
                 self._do("offload_release", {"req": ok[i % len(ok)], "sentinel": sentinel})
 
+        # The scheduler retracts when the next decode does not fit its running batch (every decoding request).
+        @precondition(lambda self: allowed("retract_decode") and self.out_of_group() and self.has_decoding())
+        @rule()
+        def retract_decode(self) -> None:
+            self._do("retract_decode", {})
+
         @precondition(lambda self: allowed("differential") and self.has_live())
         @rule(i=PICK)
         def differential(self, i: int) -> None:

@@ -33,6 +33,9 @@ POOLS: dict[str, dict[str, Any]] = {
     # `mem_cache/kv_cache_configurator.py`: `need_sort=disaggregation_mode in ("decode", "prefill")`), so frees
     # wait in the release/staged pages until an allocation runs short and merges them. pd-p4 runs the paged
     # allocator's staged pages (`staged_pages`, `num_staged_pages` from 0.5.20) through the scheduler's flows.
+    # Many short requests on little memory: the batch-wide scheduler steps (a decode retraction taking several
+    # requests, the last one aborted) need more rows than the slots can serve at once.
+    "busy-p1": {**_SMALL, "rows": 8, "tokens": 24, "width": 12, "page_size": 1, "cache": "chunk", "speculative": False},
     "pd-p1": {**_PD_DECODE},
     "pd-p4": {**_PD_DECODE, "page_size": 4},
 }

@@ -445,4 +445,42 @@ _SCHEDULER = [
     ),
 ]
 
-MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES, *_SCHEDULER)
+# `ScheduleBatch.retract_decode`, run on the running batch by the decode retraction step.
+_RETRACTION = [
+    SourceMutant(
+        "retract-order-reversed",
+        BATCH,
+        "            key=lambda i: length_key(reqs[i]),\n            reverse=True,\n",
+        "            key=lambda i: length_key(reqs[i]),\n            reverse=False,\n",
+        "chunk-p1",
+        "a retraction that pops the request it most prefers to keep (the most outputs, the shortest prompt)",
+    ),
+    SourceMutant(
+        "retract-keeps-none",
+        BATCH,
+        "            if len(sorted_indices) == 1:\n"
+        "                # Always keep at least one request\n                break\n",
+        "            if not sorted_indices:\n                break\n",
+        "chunk-p1",
+        "a retraction that takes the whole running batch, the last request too (the keep-one guard dropped)",
+    ),
+    SourceMutant(
+        "retract-stops-after-one",
+        BATCH,
+        "        while first_iter or (\n"
+        "            not self.check_decode_mem(selected_indices=sorted_indices)\n        ):\n",
+        "        while first_iter:\n",
+        "busy-p1",
+        "a retraction that stops after one request although the rest still do not fit the next decode",
+    ),
+    SourceMutant(
+        "retract-last-not-aborted",
+        BATCH,
+        "        if len(sorted_indices) <= 1 and not self.check_decode_mem(\n",
+        "        if False and not self.check_decode_mem(\n",
+        "chunk-p1",
+        "#14948's shape: the last request kept though even alone it cannot fit (the decode then fails)",
+    ),
+]
+
+MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES, *_SCHEDULER, *_RETRACTION)

@@ -46,7 +46,7 @@ from impl.release import (
 )
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
-from impl.target import OFFLOAD_FROM_ZERO, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from impl.target import OFFLOAD_FROM_ZERO, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted
 from properties.interning import Interned
 from properties.vocabulary import KIND_NORMAL, ceil_align
 
@@ -76,6 +76,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "pp_release",
             "pp_release_manual",
             "retract",
+            "retract_decode",
             "abort",
             "offload_release",
             "evict",
@@ -235,6 +236,37 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         if req.prompt_len is not None:
             req.prompt_len = len(req.fill_ids)  # re-admission recomputes the outputs as prompt
         req.status = ReqStatus.WAITING
+
+    def retract_decode(self) -> Retracted:
+        """`ScheduleBatch.retract_decode` over the running batch (every decoding request, ascending id): pop the
+        least preferred to keep (fewest outputs, then longest original prompt, then the later in the batch) while
+        the rest do not fit the next decode, at least one and keeping one; the last one that still does not fit
+        is aborted after its retraction's release."""
+        batch = sorted(rid for rid, req in self.reqs.items() if req.status is ReqStatus.DECODING)
+        if not batch:
+            raise Refused("no request is decoding")
+        keep = sorted(batch, key=self._keep_key, reverse=True)
+        retracted: list[int] = []
+        while len(keep) > 1 and (not retracted or not self._decode_fits(keep)):
+            retracted.append(keep.pop())
+            self.retract(retracted[-1])
+        aborted = None
+        if not self._decode_fits(keep):
+            aborted = keep.pop()
+            self.retract(aborted)
+            self.reqs[aborted].status = ReqStatus.FINISHED
+        return Retracted(retracted, aborted)
+
+    def _keep_key(self, rid: int) -> tuple[int, int]:
+        req = self.reqs[rid]
+        return req.kv.kv_committed_len - req.origin_len, -req.origin_len
+
+    def _decode_fits(self, rids: list[int]) -> bool:
+        """`check_decode_mem`: a page per request whose committed length is page-aligned, after evicting for it."""
+        page = self.config.page_size
+        need = page * sum(1 for rid in rids if self.reqs[rid].kv.kv_committed_len % page == 0)
+        evict_from_tree_cache(self.pools, need)
+        return self.allocator.available_size() >= need
 
     def abort(self, rid: int) -> None:
         """Abort: a waiting request is dropped; a decoding one is released as a normal finish; one mid-prefill
@@ -537,6 +569,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             raise Refused(f"family must be non-negative, got {family}")
         req = Req(rid, prompt_len=prompt_len, family=family, kind=kind)
         req.fill_ids = req.tokens(prompt_len or 0)
+        req.origin_len = prompt_len or 0
         return req
 
     def _record_view(self, req: Req) -> RecordView:

@@ -80,6 +80,7 @@ class Req:
     inflight_middle_chunks: int = 0
     status: ReqStatus = ReqStatus.WAITING
     prompt_len: int | None = None
+    origin_len: int = 0  # the prompt it arrived with (`origin_input_ids`), which a retraction does not change
     family: int = 0
     kind: int = KIND_NORMAL
 

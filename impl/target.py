@@ -142,6 +142,15 @@ class PoolSnapshot:
 
 
 @dataclass(frozen=True)
+class Retracted:
+    """What a decode retraction (`retract_decode`) did: the requests it retracted, in the order it picked them, and
+    the last one it aborted because even alone it did not fit (None if it kept it)."""
+
+    retracted: list[int]
+    aborted: int | None
+
+
+@dataclass(frozen=True)
 class Eviction:
     """One eviction a call made on its own (on-demand, inside an allocation or a retraction): the tokens it
     asked the tree for and the tokens the tree freed. `take_evictions` hands back those made since the last
@@ -191,6 +200,7 @@ class Target(Protocol):
     def pp_release(self, rid: int) -> None: ...
     def pp_release_manual(self, rid: int) -> None: ...
     def retract(self, rid: int) -> None: ...
+    def retract_decode(self) -> Retracted: ...
     def abort(self, rid: int) -> None: ...
     def offload_release(self, rid: int, sentinel: int = 0) -> None: ...
 

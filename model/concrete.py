@@ -7,6 +7,7 @@ from typing import Any
 from model.actions import ARG_DEFAULTS, Action, actions_for
 from model.batch import BATCH_OPTIONAL, batch_action
 from model.interp import PY
+from model.retract_decode import RETRACT_DECODE, retract_decode_action
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
 from properties.invariants import INVARIANTS
@@ -21,7 +22,7 @@ class Model:
     def __init__(self, sizes: Sizes, faults: frozenset[str] = frozenset()):
         self.sizes = sizes
         contract = actions_for(faults)
-        self.actions = {**contract, "batch": batch_action(contract)}
+        self.actions = {**contract, "batch": batch_action(contract), RETRACT_DECODE: retract_decode_action(contract)}
         self.state: State = initial(PY, sizes)
 
     def action(self, op: str) -> Action:

@@ -150,8 +150,11 @@ def step_schema() -> dict[str, StepShape]:
     (`fuzz.drain`: releases the model works out from its own state)."""
     from model.actions import CONTRACT, OPTIONAL_ARGS, actions_for  # loaded once a step is to be checked
     from model.batch import batch_action
+    from model.retract_decode import retract_decode_action
 
-    shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, batch_action(actions_for()))}
+    table = actions_for()
+    executable = (batch_action(table), retract_decode_action(table))
+    shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, *executable)}
     return shapes | {"differential": StepShape({"req": SORTS["req"]}, {}), "drain": DRAIN_SHAPE}
 
 

@@ -247,6 +247,12 @@ def release_req_server_args(up: Upstream) -> bool:
 
 
 @_probe
+def retract_decode_server_args(up: Upstream) -> bool:
+    """`ScheduleBatch.retract_decode` takes `server_args`."""
+    return "server_args" in _params(up.attr(SCHEDULE_BATCH, "ScheduleBatch", "retract_decode"))
+
+
+@_probe
 def release_req(up: Upstream) -> bool:
     """`schedule_batch.release_req`, the scheduler's release of a retracted request."""
     return up.attr(SCHEDULE_BATCH, "release_req") is not None
@@ -495,6 +501,7 @@ class Capabilities:
     checkpoint_kv_cache: bool = False
     maybe_cache_unfinished_req: bool = False
     release_req_server_args: bool = False
+    retract_decode_server_args: bool = False
     release_req: bool = False
     chunk_cache: bool = False
     radix_cache: bool = False

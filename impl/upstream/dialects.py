@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import logging
 import types
 from array import array
 from collections.abc import Callable
@@ -453,6 +454,15 @@ class Dialect:
             hisparse_coordinator=None,
             **extra,
         )
+
+    def retract_decode(self, batch: Any) -> tuple[list[Any], list[Any]]:
+        """`ScheduleBatch.retract_decode` on `batch`: the requests it retracted, in its order, and those it aborted."""
+        extra = (self.server_args,) if self.caps.retract_decode_server_args else ()
+        log = logging.getLogger(self.schedule_batch.__name__)
+        if log.level != logging.ERROR:  # its abort of the last request is a warning the lockstep reports itself
+            log.setLevel(logging.ERROR)
+        retracted, _, to_abort = batch.retract_decode(*extra)
+        return list(retracted), list(to_abort)
 
     def stash(self, req: Any, cache: Any) -> None:
         """The stash after an extend that leaves the request unfinished (the next chunk reads it)."""

@@ -28,7 +28,7 @@ import torch
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
-from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused
+from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted
 from impl.upstream import pd, spec
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
@@ -137,6 +137,7 @@ class SglangPool(SchedulerGlue[_Request]):
             "pp_release",
             "pp_release_manual",
             "retract",
+            "retract_decode",
             "abort",
             "evict",
             "flush",
@@ -277,6 +278,30 @@ class SglangPool(SchedulerGlue[_Request]):
         if entry.prompt_len is not None:
             entry.prompt_len = self._known_len(entry)
         entry.status, entry.batch = ReqStatus.WAITING, None
+
+    @_logged
+    def retract_decode(self) -> Retracted:
+        """Upstream's `ScheduleBatch.retract_decode` on the running batch (every decoding request's own batch, in
+        ascending id, merged as the scheduler's `merge_batch` builds it): the requests it retracted wait to be
+        re-admitted with their outputs as prompt, the last one it aborted is finished."""
+        decoding = sorted((rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.DECODING)
+        if not decoding:
+            raise Refused("no request is decoding")
+        running = self.dialect.merge_batches([entry.batch for _, entry in decoding])
+        answer: list[tuple[list[Any], list[Any]]] = []
+        self._upstream(lambda: answer.append(self.dialect.retract_decode(running)))
+        retracted, to_abort = answer[0]
+        rid_of = {id(entry.req): rid for rid, entry in decoding}
+        for req in retracted:
+            entry = self.reqs[rid_of[id(req)]]
+            entry.prompt_len = self._known_len(entry)
+            entry.status, entry.batch = ReqStatus.WAITING, None
+        aborted = [rid_of[id(req)] for req in to_abort]
+        if len(aborted) > 1:
+            raise RuntimeError(f"retract_decode aborted {len(aborted)} requests; without PD it aborts one at most")
+        for rid in aborted:
+            self._retire(self.reqs[rid])
+        return Retracted([rid_of[id(req)] for req in retracted], aborted[0] if aborted else None)
 
     @_logged
     def abort(self, rid: int) -> None:

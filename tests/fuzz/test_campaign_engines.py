@@ -119,7 +119,8 @@ def _hooks(found: list[tuple[Path, bool, int]], started: list[Progress]) -> Unit
 
 
 def test_a_walker_unit_writes_its_failure_raw_then_shrunk_and_fuzz_replay_reproduces_it(tmp_path: Path) -> None:
-    plan = _plan(tmp_path, faults=(FAULT,), configs=CHUNK, engines=(WALKER,), examples=50)
+    # Seed 3's swarm draws the fault's trigger (reuse_released); some seeds' swarms leave it off.
+    plan = _plan(tmp_path, faults=(FAULT,), configs=CHUNK, engines=(WALKER,), examples=50, seed_base=3)
     plan.out.mkdir()
     found: list[tuple[Path, bool, int]] = []
     started: list[Progress] = []

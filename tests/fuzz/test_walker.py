@@ -156,7 +156,9 @@ def test_an_op_the_table_does_not_name_is_derived_from_its_action() -> None:
 
 def test_distinct_transitions_keep_growing() -> None:
     short, long = Walker(RADIX, 5).run(steps=300), Walker(RADIX, 5).run(steps=3_000)
-    assert set(short.coverage.transitions) <= set(long.coverage.transitions)
+    # The short run's last walk is cut off and drained where the long one walks on: only its drain can differ.
+    walked = {t for t in short.coverage.transitions if t[1] != "drain"}
+    assert walked <= set(long.coverage.transitions)
     assert long.coverage.distinct > short.coverage.distinct
     counts = [sample.transitions for sample in long.samples]
     assert counts == sorted(counts) and counts[-1] == long.coverage.distinct

@@ -1,0 +1,67 @@
+"""Decode retractions on a full pool, for either target (`tests/fuzz/test_retract_decode.py` on the reference pool,
+`tests/upstream/test_retract_decode_upstream.py` on upstream's `ScheduleBatch.retract_decode`).
+
+Each scenario builds its state through the lockstep, so every step before the retraction is judged too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fuzz.lockstep import Lockstep
+from model.trace import Failure
+
+# Eight rows on 24 slots: six requests of four prompt tokens fill every slot.
+CROWDED = {"device": "cpu", "rows": 8, "tokens": 24, "width": 12, "page_size": 1, "cache": "chunk"}
+# One request of eight tokens fills every slot of a pool of eight.
+ALONE = {"device": "cpu", "rows": 4, "tokens": 8, "width": 16, "page_size": 1}
+
+
+def lockstep(target: str, shape: dict[str, Any], **extra: Any) -> Lockstep:
+    return Lockstep({**shape, **extra, "target": target, "faults": []})
+
+
+def admitted(lock: Lockstep, prompts: list[int]) -> None:
+    """Request i admitted with its whole prompt (`prompts[i]` tokens, family i): each then decodes."""
+    for rid, prompt in enumerate(prompts):
+        failure = lock.step("admit", {"req": rid, "prompt": prompt, "n": prompt, "family": rid})
+        assert failure is None, failure
+
+
+def decoded(lock: Lockstep, rid: int, steps: int) -> None:
+    for _ in range(steps):
+        failure = lock.step("decode", {"req": rid})
+        assert failure is None, failure
+
+
+def crowded(target: str) -> Lockstep:
+    """Six decoding requests holding all 24 slots, none with outputs: the keep order is the batch order."""
+    lock = lockstep(target, CROWDED)
+    admitted(lock, [4] * 6)
+    assert lock.snap.free_slots.numel() == 0
+    return lock
+
+
+def uneven(target: str) -> Lockstep:
+    """Three decoding requests on a full pool of 14: request 0 has three outputs, 1 and 2 one each, and 1 the
+    longest prompt (4 tokens, 2 has 2): the keep order is 0, 2, 1, so 1 goes first, not the batch's last."""
+    lock = lockstep(target, {**CROWDED, "rows": 4, "tokens": 14})
+    admitted(lock, [3, 4, 2])
+    decoded(lock, 0, 3)
+    decoded(lock, 2, 1)
+    decoded(lock, 1, 1)
+    assert lock.snap.free_slots.numel() == 0
+    return lock
+
+
+def alone(target: str, cache: str) -> Lockstep:
+    """One decoding request holding every slot: even alone it cannot take the next decode's slot."""
+    lock = lockstep(target, ALONE, cache=cache, evict_on_demand=cache == "radix")
+    admitted(lock, [8])
+    return lock
+
+
+def retraction(lock: Lockstep) -> tuple[Failure | None, dict[str, int]]:
+    """The decode retraction's failure (None if it passed) and what the pool chose."""
+    failure = lock.step("retract_decode", {})
+    return failure, lock.steps[-1].choice
