@@ -34,6 +34,7 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "evict": lambda: pool.evict(n),
         "offload_release": lambda: pool.offload_release(rid, n % 2),
         "flush": pool.flush,
+        "retract_decode": pool.retract_decode,
         "group_begin": pool.group_begin,
         "group_end": pool.group_end,
         "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),
