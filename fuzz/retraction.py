@@ -32,14 +32,15 @@ class OriginLedger:
         """Why the picks in `choice` are not upstream's keep order's tail, or None if they are; `state` is the
         model's before the retraction."""
         batch = running(state)
-        outputs = {rid: state.rec_C.get(rid) - self.origins.get(rid, 0) for rid in batch}
-        order = keep_order(batch, outputs, {rid: self.origins.get(rid, 0) for rid in batch})
+        origins = {rid: self.origins.get(rid, 0) for rid in batch}
+        outputs = {rid: state.rec_C.get(rid) - origins[rid] for rid in batch}
+        order = keep_order(batch, outputs, origins)
         count = choice.get("retracted", 0) + choice.get("aborted", 0)
         picks = [choice.get(name) for name in PICKS[:count]]
         expected = list(reversed(order))[: len(picks)]
         if picks == expected:
             return None
-        keys = ", ".join(f"{rid}: {outputs[rid]} out, {self.origins.get(rid, 0)} prompt" for rid in order)
+        keys = ", ".join(f"{rid}: {outputs[rid]} out, {origins[rid]} prompt" for rid in order)
         return f"picked {picks}, the keep order ({keys}) pops {expected}"
 
 

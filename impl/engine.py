@@ -263,8 +263,8 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
 
     def _decode_fits(self, rids: list[int]) -> bool:
         """`check_decode_mem`: a page per request whose committed length is page-aligned, after evicting for it."""
-        page = self.config.page_size
-        need = page * sum(1 for rid in rids if self.reqs[rid].kv.kv_committed_len % page == 0)
+        page, lengths = self.config.page_size, (self.reqs[rid].kv.kv_committed_len for rid in rids)
+        need = sum(tokens_needed(page, committed, committed + 1) for committed in lengths)
         evict_from_tree_cache(self.pools, need)
         return self.allocator.available_size() >= need
 

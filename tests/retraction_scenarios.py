@@ -10,6 +10,7 @@ from typing import Any
 
 from fuzz.lockstep import Lockstep
 from model.trace import Failure
+from properties.vocabulary import STATUS_DONE, STATUS_WAITING
 
 # Eight rows on 24 slots: six requests of four prompt tokens fill every slot.
 CROWDED = {"device": "cpu", "rows": 8, "tokens": 24, "width": 12, "page_size": 1, "cache": "chunk"}
@@ -65,3 +66,33 @@ def retraction(lock: Lockstep) -> tuple[Failure | None, dict[str, int]]:
     """The decode retraction's failure (None if it passed) and what the pool chose."""
     failure = lock.step("retract_decode", {})
     return failure, lock.steps[-1].choice
+
+
+# -- what both targets must do in each ---------------------------------------------------------------------------
+
+
+def takes_as_few_as_make_the_rest_fit(target: str) -> Lockstep:
+    """The crowded batch gives back its last two requests (the rest then fit); the lockstep after it."""
+    lock = crowded(target)
+    failure, choice = retraction(lock)
+    assert failure is None, failure
+    assert choice == {"r0": 5, "r1": 4, "retracted": 2, "aborted": 0}
+    assert [lock.model.state.rec_status.get(r) for r in (4, 5)] == [STATUS_WAITING] * 2
+    return lock
+
+
+def follows_the_keep_order(target: str) -> None:
+    """The uneven batch gives back the request with the fewest outputs and the longest prompt."""
+    failure, choice = retraction(uneven(target))
+    assert failure is None, failure
+    assert choice == {"r0": 1, "retracted": 1, "aborted": 0}
+
+
+def aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
+    """The request alone on a full pool is aborted, not kept; the lockstep after it."""
+    lock = alone(target, cache)
+    failure, choice = retraction(lock)
+    assert failure is None, failure
+    assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
+    assert lock.model.state.rec_status.get(0) == STATUS_DONE
+    return lock

@@ -275,9 +275,7 @@ class SglangPool(SchedulerGlue[_Request]):
         self._upstream(
             lambda: self.dialect.retract(entry.req, self.req_to_token_pool, self.allocator, self.cache, others)
         )
-        if entry.prompt_len is not None:
-            entry.prompt_len = self._known_len(entry)
-        entry.status, entry.batch = ReqStatus.WAITING, None
+        self._requeue(entry)
 
     @_logged
     def retract_decode(self) -> Retracted:
@@ -293,9 +291,7 @@ class SglangPool(SchedulerGlue[_Request]):
         retracted, to_abort = answer[0]
         rid_of = {id(entry.req): rid for rid, entry in decoding}
         for req in retracted:
-            entry = self.reqs[rid_of[id(req)]]
-            entry.prompt_len = self._known_len(entry)
-            entry.status, entry.batch = ReqStatus.WAITING, None
+            self._requeue(self.reqs[rid_of[id(req)]])
         aborted = [rid_of[id(req)] for req in to_abort]
         if len(aborted) > 1:
             raise RuntimeError(f"retract_decode aborted {len(aborted)} requests; without PD it aborts one at most")
@@ -516,6 +512,12 @@ class SglangPool(SchedulerGlue[_Request]):
 
     def _holds_live_row(self, entry: _Request) -> bool:
         return self.dialect.row(entry.req) is not None and entry.status is not ReqStatus.FINISHED
+
+    def _requeue(self, entry: _Request) -> None:
+        """A retracted request waits to be re-admitted, its outputs now part of its known prompt."""
+        if entry.prompt_len is not None:
+            entry.prompt_len = self._known_len(entry)
+        entry.status, entry.batch = ReqStatus.WAITING, None
 
     def _retire(self, entry: _Request) -> None:
         entry.status = ReqStatus.FINISHED

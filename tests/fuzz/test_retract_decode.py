@@ -10,33 +10,28 @@ import pytest
 
 from fuzz.lockstep import Lockstep
 from impl.target import Retracted
-from properties.vocabulary import STATUS_DONE, STATUS_WAITING
-from tests.retraction_scenarios import alone, crowded, retraction, uneven
+from tests.retraction_scenarios import (
+    aborts_the_last_that_cannot_fit,
+    alone,
+    crowded,
+    follows_the_keep_order,
+    retraction,
+    takes_as_few_as_make_the_rest_fit,
+    uneven,
+)
 
 
 def test_a_crowded_batch_gives_back_as_few_requests_as_make_the_rest_fit() -> None:
-    lock = crowded("reference")
-    failure, choice = retraction(lock)
-    assert failure is None, failure
-    assert choice == {"r0": 5, "r1": 4, "retracted": 2, "aborted": 0}
-    assert [lock.model.state.rec_status.get(r) for r in (4, 5)] == [STATUS_WAITING] * 2
-    assert lock.snap.free_slots.numel() == 8
+    assert takes_as_few_as_make_the_rest_fit("reference").snap.free_slots.numel() == 8
 
 
 def test_the_keep_order_takes_fewest_outputs_then_longest_prompt_first() -> None:
-    failure, choice = retraction(uneven("reference"))
-    assert failure is None, failure
-    assert choice == {"r0": 1, "retracted": 1, "aborted": 0}
+    follows_the_keep_order("reference")
 
 
 @pytest.mark.parametrize("cache", ["chunk", "radix"])
 def test_the_last_request_that_cannot_fit_alone_is_aborted(cache: str) -> None:
-    lock = alone("reference", cache)
-    failure, choice = retraction(lock)
-    assert failure is None, failure
-    assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
-    assert lock.model.state.rec_status.get(0) == STATUS_DONE
-    assert lock.step("drain", {}) is None
+    assert aborts_the_last_that_cannot_fit("reference", cache).step("drain", {}) is None
 
 
 def _pool_answers(lock: Lockstep, picks: list[int], aborted: int | None = None) -> None:

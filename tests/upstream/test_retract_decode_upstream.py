@@ -17,8 +17,13 @@ if importlib.util.find_spec("sglang") is None:
 
 from fuzz.drain import DRAIN, drain_args
 from impl.upstream.dialects import supported_version
-from properties.vocabulary import STATUS_DONE, STATUS_WAITING
-from tests.retraction_scenarios import alone, crowded, retraction, uneven
+from tests.retraction_scenarios import (
+    aborts_the_last_that_cannot_fit,
+    follows_the_keep_order,
+    retraction,
+    takes_as_few_as_make_the_rest_fit,
+    uneven,
+)
 from tests.upstream.known import excluded_on
 
 # A release whose flush is a known finding's trigger (clear-zeroes-generations) drains without it, as its runs do.
@@ -26,28 +31,16 @@ DRAINED = drain_args(excluded_on(supported_version()))
 
 
 def test_upstream_gives_back_as_few_requests_as_make_the_rest_fit() -> None:
-    lock = crowded("sglang")
-    failure, choice = retraction(lock)
-    assert failure is None, failure
-    assert choice == {"r0": 5, "r1": 4, "retracted": 2, "aborted": 0}
-    assert [lock.model.state.rec_status.get(r) for r in (4, 5)] == [STATUS_WAITING] * 2
-    assert lock.step(DRAIN, DRAINED) is None
+    assert takes_as_few_as_make_the_rest_fit("sglang").step(DRAIN, DRAINED) is None
 
 
 def test_upstream_takes_fewest_outputs_then_longest_prompt_first() -> None:
-    failure, choice = retraction(uneven("sglang"))
-    assert failure is None, failure
-    assert choice == {"r0": 1, "retracted": 1, "aborted": 0}
+    follows_the_keep_order("sglang")
 
 
 @pytest.mark.parametrize("cache", ["chunk", "radix"])
 def test_upstream_aborts_the_last_request_that_cannot_fit_alone(cache: str) -> None:
-    lock = alone("sglang", cache)
-    failure, choice = retraction(lock)
-    assert failure is None, failure
-    assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
-    assert lock.model.state.rec_status.get(0) == STATUS_DONE
-    assert lock.step(DRAIN, DRAINED) is None
+    assert aborts_the_last_that_cannot_fit("sglang", cache).step(DRAIN, DRAINED) is None
 
 
 def test_a_changed_keep_order_upstream_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
