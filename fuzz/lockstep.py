@@ -25,7 +25,7 @@ from properties.abstraction import Observation, observe
 from properties.check import check_snapshot
 from properties.eviction import check_evictions
 from properties.generations import GenerationLedger
-from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
+from properties.vocabulary import BATCH_OPS, FINISH_BY, KIND_SKIP_INSERT, MAX_BATCH, STATUS_DECODE
 from properties.vocabulary import LIVE_STATUSES as LIVE
 
 Call = Callable[[Target, dict[str, int]], Any]
@@ -39,6 +39,8 @@ _CALLS: dict[str, Call] = {
     "spec_prepare": lambda t, a: t.spec_prepare(a["req"], a["reserve"]),
     "spec_commit": lambda t, a: t.spec_commit(a["req"], a["accepted"]),
     "finish": lambda t, a: t.finish(a["req"]),
+    "decode_finish": lambda t, a: t.decode_finish(a["req"], a["by"]),
+    "spec_finish": lambda t, a: t.spec_finish(a["req"], a["accepted"], a["stop"], a["by"]),
     "pp_release": lambda t, a: t.pp_release(a["req"]),
     "pp_release_manual": lambda t, a: t.pp_release_manual(a["req"]),
     "retract": lambda t, a: t.retract(a["req"]),
@@ -307,8 +309,8 @@ class Lockstep:
             return sum(after.records[rid].protected_len for rid in self._inserting(args)) - gained
         if op in ("admit", "extend"):
             return after.records[args["req"]].protected_len - gained
-        record = before.records[args["req"]]
-        return record.committed_len // page * page - gained
+        key_len = before.records[args["req"]].committed_len + _stepped_past(op, args)
+        return key_len // page * page - gained
 
     def _inserting(self, args: dict[str, int]) -> list[int]:
         """The batch's prefill entries whose stash inserts into the tree (not a skip-insert kind)."""
@@ -457,6 +459,23 @@ def refusal_corners(op: str, legal: bool, reason: str, args: dict[str, int] | No
     return corners
 
 
+def _stepped_past(op: str, args: dict[str, int]) -> int:
+    """How far a finishing step's release keys past the committed length it started from: a finishing decode's
+    own token, a verified run's tokens through its stop; 0 for a release alone."""
+    return {"decode_finish": 1, "spec_finish": args.get("stop", 0)}.get(op, 0)
+
+
+def _finish_corners(op: str, args: dict[str, int]) -> list[str]:
+    """A finishing step's corners: what its check matched, and whether the stop cut the verified run short."""
+    if op not in ("decode_finish", "spec_finish"):
+        return []
+    corners = [f"{op}: by {FINISH_BY[args['by']]}"]
+    if op == "spec_finish":
+        trimmed = args["stop"] < args["accepted"]
+        corners.append(f"spec_finish: {'stop inside the run (trimmed)' if trimmed else 'stop ends the run'}")
+    return corners
+
+
 def step_corners(
     op: str, args: dict[str, int], choice: dict[str, int], before: PoolSnapshot, after: PoolSnapshot
 ) -> list[str]:
@@ -465,6 +484,7 @@ def step_corners(
     if op == "batch":
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)})
         corners.append(f"batch: {args['size']} entries ({', '.join(ops)})")
+    corners += _finish_corners(op, args)
     if op == RETRACT_DECODE:
         corners.append(f"retract_decode: retracted {('none', 'one', 'several')[min(choice['retracted'], 2)]}")
         if choice["aborted"]:

@@ -30,6 +30,7 @@ from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
 from properties.vocabulary import (
+    FINISH_BY,
     KIND_EXCLUSIONS,
     KIND_NORMAL,
     KIND_SKIP_INSERT,
@@ -48,6 +49,7 @@ READMITTABLE = frozenset({STATUS_DONE, STATUS_WAITING})
 WAITING = frozenset({STATUS_WAITING})
 FAMILIES = 2  # two token streams: enough for shared and unshared prefixes
 PICK = st.integers(0, 15)  # which of the requests in the right status a step acts on
+FINISH_KINDS = st.integers(0, len(FINISH_BY) - 1)  # what a finishing step's check matches
 # Mostly normal requests; one in four is barred from the tree (it shrinks towards normal).
 KIND_DRAWS = (KIND_NORMAL, KIND_NORMAL, KIND_NORMAL, KIND_SKIP_INSERT)
 
@@ -309,6 +311,18 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         @rule(i=PICK, accepted=st.integers(1, 8))
         def spec_commit(self, i: int, accepted: int) -> None:
             self._do("spec_commit", {"req": self._pick(i, DECODING), "accepted": accepted})
+
+        @precondition(lambda self: allowed("release", "decode_finish") and self.out_of_group() and self.has_decoding())
+        @rule(i=PICK, by=FINISH_KINDS)
+        def decode_finish(self, i: int, by: int) -> None:
+            self._do("decode_finish", {"req": self._pick(i, DECODING), "by": by})
+
+        @precondition(lambda self: allowed("release", "spec_finish") and speculative and self.has_decoding())
+        @rule(i=PICK, accepted=st.integers(1, 8), stop=st.integers(0, 7), by=FINISH_KINDS)
+        def spec_finish(self, i: int, accepted: int, stop: int, by: int) -> None:
+            # The stop anywhere in the run: inside it trims what the release keeps, at its end it does not.
+            args = {"accepted": accepted, "stop": stop % accepted + 1, "by": by}
+            self._do("spec_finish", {"req": self._pick(i, DECODING), **args})
 
         @precondition(lambda self: in_swarm("release") and bool(releases) and self.has_live())
         @rule(i=PICK, path=st.sampled_from(releases or ["finish"]))

@@ -52,7 +52,8 @@ class ModelOnly:
             free = [r for r in range(1, self.model.sizes.rows + 1) if not s.row_held.get(r)]
             choice["row"] = held or max(free)
         if "dup" in action.choice:
-            choice["dup"] = args.get("prefix", 0) if op != "finish" else s.rec_P.get(args["req"])
+            releasing = op in ("finish", "decode_finish", "spec_finish")
+            choice["dup"] = s.rec_P.get(args["req"]) if releasing else args.get("prefix", 0)
         if "freed" in action.choice:
             choice["freed"] = 0
         return choice

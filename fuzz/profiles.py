@@ -28,6 +28,8 @@ POOLS: dict[str, dict[str, Any]] = {
     "chunk-p4": {**_SMALL, "page_size": 4, "cache": "chunk", "speculative": False},
     "radix-p1": {**_SMALL, "page_size": 1, "cache": "radix", "speculative": False, "evict_on_demand": True},
     "radix-p4": {**_SMALL, "page_size": 4, "cache": "radix", "speculative": True},
+    # A speculative tree at page size 1: every token a release keys past a stop is a tree slot of its own.
+    "spec-p1": {**_SMALL, "page_size": 1, "cache": "radix", "speculative": True},
     # The PD decode side of an EAGLE server: two running rows and two pre-allocation rows (DecodeReqToTokenPool),
     # its allocator built with `need_sort` as a disaggregated server builds it (0.5.23
     # `mem_cache/kv_cache_configurator.py`: `need_sort=disaggregation_mode in ("decode", "prefill")`), so frees

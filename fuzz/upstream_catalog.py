@@ -483,4 +483,68 @@ _RETRACTION = [
     ),
 ]
 
-MUTANTS: tuple[SourceMutant, ...] = (*_RELEASE, *_ROWS, *_SLOTS, *_TREE, *_PD, *_BATCHES, *_SCHEDULER, *_RETRACTION)
+_FINISHES = [
+    SourceMutant(
+        "stop-token-ignored",
+        BATCH,
+        "                matched_eos |= token_id in self.sampling_params.stop_token_ids\n",
+        "                pass\n",
+        "chunk-p1",
+        "a finish check that never matches the sampling params' stop tokens: the request decodes on past its stop",
+    ),
+    SourceMutant(
+        "eos-ignored",
+        BATCH,
+        "                matched_eos |= token_id in self.eos_token_ids\n",
+        "                pass\n",
+        "chunk-p1",
+        "a finish check that never matches the request's EOS ids",
+    ),
+    SourceMutant(
+        "stop-len-past-stop",
+        BATCH,
+        "                self.finished_len = matched_pos + 1\n",
+        "                self.finished_len = matched_pos + 2\n",
+        "spec-p1",
+        "a stop token's `finished_len` one past the stop: the release keys a token the client never saw",
+    ),
+    SourceMutant(
+        "stop-str-unlocated",
+        BATCH,
+        "                        if stop_str_in_tail:\n"
+        "                            self.finished_len = self._locate_str_stop_finished_len(\n",
+        "                        if stop_str_in_tail:\n"
+        "                            _ = self._locate_str_stop_finished_len(\n",
+        "spec-p1",
+        "a stop string matched but not located: `finished_len` unset, the verified run past it kept whole",
+    ),
+    SourceMutant(
+        "stop-tail-owned",
+        BATCH,
+        "        if self.finished_len is None:\n            return self.kv.kv_committed_len\n",
+        "        if True:\n            return self.kv.kv_committed_len\n",
+        "spec-p1",
+        "0.5.22's cut taken back out: `owned_kv_len()` ignores `finished_len`, the run past a stop is cached",
+    ),
+    SourceMutant(
+        "checkpoint-past-owned",
+        COMMON,
+        "        tree_cache.checkpoint(req, up_to=owned_kv_len)\n",
+        "        tree_cache.checkpoint(req, up_to=req.kv.kv_committed_len)\n",
+        "spec-p1",
+        "two halves of one release keyed on different lengths: the tree takes the run past the stop, which the "
+        "over-allocation free then frees under it",
+    ),
+]
+
+MUTANTS: tuple[SourceMutant, ...] = (
+    *_RELEASE,
+    *_ROWS,
+    *_SLOTS,
+    *_TREE,
+    *_PD,
+    *_BATCHES,
+    *_SCHEDULER,
+    *_RETRACTION,
+    *_FINISHES,
+)

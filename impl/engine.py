@@ -46,7 +46,16 @@ from impl.release import (
 )
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
-from impl.target import OFFLOAD_FROM_ZERO, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted
+from impl.target import (
+    OFFLOAD_FROM_ZERO,
+    Eviction,
+    PoolConfig,
+    PoolSnapshot,
+    RecordView,
+    Refused,
+    Retracted,
+    check_finish_by,
+)
 from properties.interning import Interned
 from properties.vocabulary import KIND_NORMAL, ceil_align
 
@@ -73,6 +82,8 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "spec_prepare",
             "spec_commit",
             "finish",
+            "decode_finish",
+            "spec_finish",
             "pp_release",
             "pp_release_manual",
             "retract",
@@ -223,6 +234,25 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             raise Refused(f"request {rid} is mid-prefill; only an abort ends it there")
         self._release(req, is_insert=True, grouped=True)
         req.status = ReqStatus.FINISHED
+
+    def decode_finish(self, rid: int, by: int) -> None:
+        """A decode whose sampled token ends the request (`by`, what the check matched: `FINISH_BY`): the step's
+        slot, then the finish release of its result pass."""
+        check_finish_by(by)
+        self.decode(rid)
+        self.finish(rid)
+
+    def spec_finish(self, rid: int, accepted: int, stop: int, by: int) -> None:
+        """A verified run of `accepted` tokens whose `stop`-th ends the request: all of it committed, then the
+        finish release, which owns the KV only through the stop (`Req.owned_kv_len`)."""
+        check_finish_by(by)
+        if not 1 <= stop <= accepted:
+            raise Refused(f"the stop at {stop} lies outside the {accepted} accepted tokens")
+        start = self._get(rid).kv.kv_committed_len
+        self.spec_commit(rid, accepted)
+        req = self._get(rid)
+        req.stop_len = start + stop
+        self.finish(rid)
 
     def retract(self, rid: int) -> None:
         """Retraction (`release_req`): release without insert, evict for the requests still running, then

@@ -83,6 +83,14 @@ class Req:
     origin_len: int = 0  # the prompt it arrived with (`origin_input_ids`), which a retraction does not change
     family: int = 0
     kind: int = KIND_NORMAL
+    # Where the KV the client sees ends when a stop landed inside a verified run (`len(origin_input_ids) +
+    # finished_len`); None: no such stop, the record owns all it committed.
+    stop_len: int | None = None
+
+    def owned_kv_len(self) -> int:
+        """`Req.owned_kv_len()`: the committed KV, cut at the stop a verified run accepted past."""
+        committed = self.kv.kv_committed_len
+        return committed if self.stop_len is None else min(committed, self.stop_len)
 
     @property
     def skip_radix_cache_insert(self) -> bool:

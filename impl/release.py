@@ -22,7 +22,7 @@ def release_kv_cache(req: Req, cache: PrefixCache, is_insert: bool = True, specu
         # Upstream only tolerates this for mamba-managing caches (mamba slot without a row).
         _require(cache.supports_mamba(), f"request {req.rid} holds no KV to release")
         return
-    committed_len = kv.kv_committed_len
+    committed_len = req.owned_kv_len()
     # Upstream asserts this after the cache's finished path has freed; checked first so a refusal frees nothing.
     _require(
         speculative or committed_len == kv.kv_allocated_len,

@@ -16,6 +16,7 @@ import torch
 
 from impl.alloc_kernels import BACKENDS
 from impl.faults import FaultSet
+from properties.vocabulary import FINISH_BY
 
 CACHES = ("chunk", "radix")
 ROW_POOLS = ("req", "decode")
@@ -27,6 +28,12 @@ _PAGE_SIZES = tuple(1 << k for k in range(MAX_PAGE_SIZE.bit_length()))
 
 class Refused(Exception):
     """The target declined the call and changed nothing."""
+
+
+def check_finish_by(by: int) -> None:
+    """A finishing step names what its check matched (`FINISH_BY`); anything else is refused."""
+    if not 0 <= by < len(FINISH_BY):
+        raise Refused(f"finish kind {by} is none of {len(FINISH_BY)} ({', '.join(FINISH_BY)})")
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,8 @@ class Target(Protocol):
 
     # -- release -----------------------------------------------------------------------------------------
     def finish(self, rid: int) -> None: ...
+    def decode_finish(self, rid: int, by: int) -> None: ...
+    def spec_finish(self, rid: int, accepted: int, stop: int, by: int) -> None: ...
     def pp_release(self, rid: int) -> None: ...
     def pp_release_manual(self, rid: int) -> None: ...
     def retract(self, rid: int) -> None: ...

@@ -20,6 +20,7 @@ from typing import Any
 from model.interp import PyOps
 from model.state import NO_OWNER, SENTINEL_ROW, Sizes, State
 from properties.vocabulary import (
+    FINISH_BY,
     KIND_NORMAL,
     KIND_SKIP_INSERT,
     STATUS_DECODE,
@@ -286,12 +287,16 @@ def _return_row(o: Any, s: State, row: Any) -> State:
     return s.but(n_free_rows=s.n_free_rows + 1, n_held_rows=s.n_held_rows - 1)
 
 
-def _release(o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear_row: bool = True) -> State:
-    """`release_kv_cache`: with `insert`, `[0, page_floor(C))` goes to the tree (duplicates freed); every other
-    page of the record is freed; the lock is released, the row returned and the record marked released."""
-    C, row = _sel(o, s, "rec_C", req), _sel(o, s, "rec_row", req)
+def _release(
+    o: Any, p: Sizes, s: State, req: Any, insert: bool, dup: Any, clear_row: bool = True, upto: Any = None
+) -> State:
+    """`release_kv_cache`: with `insert`, `[0, page_floor(upto))` goes to the tree (duplicates freed); every other
+    page of the record is freed; the lock is released, the row returned and the record marked released. `upto` is
+    `owned_kv_len()`: `C`, or less where a stop landed inside a verified run (`finished_len`)."""
+    row = _sel(o, s, "rec_row", req)
+    upto = _sel(o, s, "rec_C", req) if upto is None else upto
     owned = own_slots(o, p, s, req)
-    cached = o.If(_inserts(o, p, s, req), page_floor(o, p, C) - dup, 0) if insert else 0
+    cached = o.If(_inserts(o, p, s, req), page_floor(o, p, upto) - dup, 0) if insert else 0
     s = freed(o, s.but(tree_slots=s.tree_slots + cached, owned_slots=s.owned_slots - owned), owned - cached)
     s = _set(o, _return_row(o, s, row), req, rec_A=0, rec_locked=0)
     return _set(o, s, req, rec_row=0) if clear_row else s
@@ -502,9 +507,9 @@ def _finish_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
     return o.And(_status(o, s, a["req"]) == STATUS_DECODE, _releasable(o, p, s, a["req"]))
 
 
-def _finish_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+def _finish_choice_ok(o: Any, p: Sizes, s: State, a: Args, upto: Any = None) -> Any:
     req = a["req"]
-    key_len = page_floor(o, p, _sel(o, s, "rec_C", req))
+    key_len = page_floor(o, p, _sel(o, s, "rec_C", req) if upto is None else upto)
     return _dup_ok(o, p, s, _sel(o, s, "rec_P", req), key_len, a["dup"], _inserts(o, p, s, req))
 
 
@@ -536,6 +541,73 @@ FINISH = Action(
 PP_RELEASE = Action("pp_release", REQ_ONLY, _release_enabled, _no_insert_update(True))
 FINISH_RAW = dataclasses.replace(FINISH, update=_finish_update(False), fault="raw_row_free")
 PP_RELEASE_RAW = dataclasses.replace(PP_RELEASE, update=_no_insert_update(False), fault="raw_row_free")
+
+
+# -- finishes found by the result pass's check -------------------------------------------------------------
+
+# What the check matched (`by`, `FINISH_BY`): the model does not read it, each ends the request alike, which is
+# the claim the targets are held to.
+
+
+def _by_ok(o: Any, a: Args) -> Any:
+    return o.And(a["by"] >= 0, a["by"] < len(FINISH_BY))
+
+
+def _decode_finish_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    return o.And(_decode_enabled(o, p, s, a), _by_ok(o, a))
+
+
+def _decode_finish_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """A decode whose sampled token ends the request: the step's KV, then the finish release in its result pass
+    (the stop is the last token, so the release owns all of `C`)."""
+    return _finish_update(True)(o, p, _decode_update(o, p, s, a), a)
+
+
+DECODE_FINISH = evicting(
+    Action(
+        "decode_finish",
+        (("req", "req"), ("by", "len"), ("dup", "len")),
+        _decode_finish_enabled,
+        _decode_finish_update,
+        lambda o, p, s, a: _finish_choice_ok(o, p, _decode_update(o, p, s, a), a),
+        choice=("dup",),
+    )
+)
+
+
+def _spec_finish_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    stop = a["stop"]
+    return o.And(_spec_commit_enabled(o, p, s, a), stop >= 1, stop <= a["accepted"], _by_ok(o, a))
+
+
+def _spec_finish_upto(o: Any, s: State, a: Args) -> Any:
+    """`owned_kv_len()` after a verified run that holds the stop at its `stop`-th token: the KV through the stop;
+    the tokens the run committed past it are the client's never (`finished_len`)."""
+    return _sel(o, s, "rec_C", a["req"]) + a["stop"]
+
+
+def _spec_committed(o: Any, s: State, a: Args) -> State:
+    return _set(o, s, a["req"], rec_C=_sel(o, s, "rec_C", a["req"]) + a["accepted"])
+
+
+def _spec_finish_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    upto = _spec_finish_upto(o, s, a)
+    s = _release(o, p, _spec_committed(o, s, a), a["req"], True, a["dup"], upto=upto)
+    return _set_status(o, s, a["req"], STATUS_DONE)
+
+
+def _spec_finish_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    return _finish_choice_ok(o, p, _spec_committed(o, s, a), a, upto=_spec_finish_upto(o, s, a))
+
+
+SPEC_FINISH = Action(
+    "spec_finish",
+    (("req", "req"), ("accepted", "len"), ("stop", "len"), ("by", "len"), ("dup", "len")),
+    _spec_finish_enabled,
+    _spec_finish_update,
+    _spec_finish_choice_ok,
+    choice=("dup",),
+)
 
 
 def _manual_update(o: Any, p: Sizes, s: State, a: Args) -> State:
@@ -762,6 +834,8 @@ CONTRACT: tuple[Action, ...] = (
     SPEC_PREPARE,
     SPEC_COMMIT,
     FINISH,
+    DECODE_FINISH,
+    SPEC_FINISH,
     PP_RELEASE,
     PP_RELEASE_MANUAL,
     RETRACT,

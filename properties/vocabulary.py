@@ -49,6 +49,9 @@ KIND_EXCLUSIONS = {f"kind:{name}": kind for kind, name in KIND_NAMES.items() if 
 # The most extends and decodes one batch step schedules together (targets refuse more; the model calls more
 # malformed).
 MAX_BATCH = 3
+# What a result pass's finish check matched (a finishing step's `by`): a stop token of the sampling params, an EOS
+# id, the length cap, a stop string. Each ends the request alike; the targets realize each their own way.
+FINISH_BY = ("stop_token", "eos", "length", "stop_str")
 BATCH_OPS = ("admit", "extend", "decode")  # a batch entry's op; `op{i}` in a batch step is its index here
 
 

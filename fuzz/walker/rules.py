@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from model.actions import OBSERVED, Action
 from model.state import Sizes, State
 from properties.vocabulary import (
+    FINISH_BY,
     LIVE_STATUSES,
     STATUS_DECODE,
     STATUS_DONE,
@@ -89,6 +90,8 @@ RULES: dict[str, Rule] = {
         Rule("spec_prepare", (Pick(DECODING),), _SPECULATIVE, schedules=True),
         Rule("spec_commit", (Pick(DECODING),), _SPECULATIVE),
         Rule("finish", (Pick(LIVE),)),
+        Rule("decode_finish", (Pick(DECODING),), schedules=True),
+        Rule("spec_finish", (Pick(DECODING),), _SPECULATIVE),
         Rule("pp_release", (Pick(LIVE),)),
         # Priority preemption walks a batch that still lists requests that finished this round (#18694).
         Rule("retract", (Pick(LIVE), Pick(RELEASED))),
@@ -146,6 +149,8 @@ def drawn_params(action: Action, sizes: Sizes, kinds: Sequence[int]) -> tuple[Pa
         "sentinel": range(2),
         "reserve": range(1, SMALL_COUNT + 1),
         "accepted": range(1, SMALL_COUNT + 1),
+        "stop": range(1, SMALL_COUNT + 1),
+        "by": range(len(FINISH_BY)),
     }
     skipped = set(action.choice) | OBSERVED
     return tuple(

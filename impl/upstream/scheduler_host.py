@@ -109,13 +109,14 @@ class SchedulerHost:
         result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
         self.processor.process_batch_result_decode(batch, result)
 
-    def finish_check(self, req: Any, batch: Any) -> None:
-        """The per-request body of the result pass for a request that samples nothing more: its finish check
-        (`Req.update_finish_state(0)`: a pending `to_finish`, else the stop conditions over its outputs) and the
-        finish release (`_handle_finish_state_updated_req`); the caller holds the pass's free group."""
+    def finish_check(self, req: Any, batch: Any, accepted: int = 0) -> None:
+        """The per-request body of the result pass once the step's `accepted` tokens are in `output_ids` (0: a
+        request that samples nothing more): its finish check (`Req.update_finish_state(accepted)`: a pending
+        `to_finish`, else the stop conditions) and the finish release (`_handle_finish_state_updated_req`); the
+        caller holds the pass's free group."""
         from sglang.srt.managers.utils import GenerationBatchResult
 
-        req.update_finish_state(0)
+        req.update_finish_state(accepted)
         self.processor._handle_finish_state_updated_req(req, batch, GenerationBatchResult(), 0, None)
 
 

@@ -28,8 +28,8 @@ import torch
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
-from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted
-from impl.upstream import pd, spec
+from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
+from impl.upstream import pd, spec, stops
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
@@ -134,6 +134,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "spec_prepare",
             "spec_commit",
             "finish",
+            "decode_finish",
+            "spec_finish",
             "pp_release",
             "pp_release_manual",
             "retract",
@@ -251,6 +253,33 @@ class SglangPool(SchedulerGlue[_Request]):
             self._finish_pass(entry)
         finally:
             params.max_new_tokens = cap
+
+    @_logged
+    def decode_finish(self, rid: int, by: int) -> None:
+        """A decode whose sampled token ends the request: the stop `by` names is armed on the request
+        (`impl.upstream.stops`) for one decode step, whose result pass (`process_batch_result_decode`) checks,
+        finishes and releases it as upstream does."""
+        check_finish_by(by)
+        entry = self._ready_to_decode(rid)
+        token = output_token(rid, self._view(entry).committed_len)
+        with stops.armed(entry.req, by, token, len(entry.req.output_ids) + 1):
+            self.decode(rid)
+        if entry.req.finished():
+            self._retire(entry)
+
+    @_logged
+    def spec_finish(self, rid: int, accepted: int, stop: int, by: int) -> None:
+        """A verified run of `accepted` tokens whose `stop`-th ends the request: the commit (`spec_commit`), then
+        the result pass's body for the run (`update_finish_state(accepted)`, the finish release) with the stop
+        armed (`impl.upstream.stops`); upstream's `finished_len` and `owned_kv_len()` decide what it keeps."""
+        check_finish_by(by)
+        if not 1 <= stop <= accepted:
+            raise Refused(f"the stop at {stop} lies outside the {accepted} accepted tokens")
+        entry = self._get(rid)
+        start, outputs = self._view(entry).committed_len, len(entry.req.output_ids)
+        with stops.armed(entry.req, by, output_token(rid, start + stop - 1), outputs + stop):
+            spec.spec_commit(self, rid, accepted)
+            self._result_body(entry, accepted)
 
     @_logged
     def pp_release(self, rid: int) -> None:
@@ -496,19 +525,25 @@ class SglangPool(SchedulerGlue[_Request]):
         self.host.show(running, waiting, chunked[0] if chunked else None)
 
     def _finish_pass(self, entry: _Request) -> None:
-        """The result pass's finish check and finish release for one request, in the pass's free group (its own
-        unless one is open); the request is finished where upstream says so."""
+        """The result pass's finish check and finish release for a request that samples nothing more; the request
+        is finished where upstream says so."""
+        self._result_body(entry, 0)
+        if not entry.req.finished():
+            raise Refused(f"upstream's finish check left request {entry.req.rid} unfinished")
+
+    def _result_body(self, entry: _Request, accepted: int) -> None:
+        """The result pass's body for one request whose step accepted `accepted` tokens, in the pass's free group
+        (its own unless one is open): upstream's finish check and, if it finished, its release."""
         own_group = not self._group_open()
         if own_group:
             self.allocator.free_group_begin()
         try:
-            self._upstream(lambda: self.host.finish_check(entry.req, entry.batch))
+            self._upstream(lambda: self.host.finish_check(entry.req, entry.batch, accepted))
         finally:
             if own_group:
                 self.allocator.free_group_end()
-        if not entry.req.finished():
-            raise Refused(f"upstream's finish check left request {entry.req.rid} unfinished")
-        self._retire(entry)
+        if entry.req.finished():
+            self._retire(entry)
 
     def _holds_live_row(self, entry: _Request) -> bool:
         return self.dialect.row(entry.req) is not None and entry.status is not ReqStatus.FINISHED
@@ -584,9 +619,11 @@ class SglangPool(SchedulerGlue[_Request]):
         self._upstream(running.prepare_for_decode)
         tokens = [output_token(rid, view.committed_len) for rid, _, view in plan.decode]
         if self._group_open():
-            # The harness's own open group (no scheduler decodes inside one): the tokens are appended as sampled.
+            # The harness's own open group (the scheduler never decodes inside one, and its result pass opens its
+            # own): the tokens appended as sampled, then each request's body of that pass (`finish_check`).
             for (_, entry, _), token in zip(plan.decode, tokens, strict=True):
                 entry.req.output_ids.append(token)
+                self._upstream(functools.partial(self.host.finish_check, entry.req, running, 1))
         else:
             self._upstream(lambda: self.host.decode_result(running, tokens))
         for index, (_, entry, _) in enumerate(plan.decode):

@@ -38,6 +38,7 @@ from fuzz.campaign.tally import Tally
 from fuzz.campaign.unit import Progress, UnitHooks, run_unit
 from fuzz.campaign.walker_unit import WalkProgress, run_walker_unit
 from fuzz.campaign.worker import Heartbeat
+from fuzz.drain import DRAIN
 from fuzz.machine import SWARMS
 from fuzz.profiles import POOLS
 from fuzz.replay import load_trace
@@ -137,7 +138,9 @@ def test_a_walker_unit_writes_its_failure_raw_then_shrunk_and_fuzz_replay_reprod
     assert fuzz_main(["replay", str(raw_path), "--faults", "none"]) == 0
     assert walker_main(["replay-seed", str(raw_path)]) == 1  # the seed alone walks to the same failing step
     (progress,) = started
-    assert progress.total_steps == result.steps and sum(progress.transitions.values()) == result.steps
+    # Every drawn step and every walk's closing drain (not a drawn step) reaches one transition.
+    drains = sum(n for (_, op, _), n in progress.transitions.items() if op == DRAIN)
+    assert progress.total_steps == result.steps and sum(progress.transitions.values()) == result.steps + drains
     assert len(progress.transitions) == result.transitions > 0 and progress.corners
 
 

@@ -31,6 +31,8 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "extend": lambda: pool.extend(rid, n),
         "spec_prepare": lambda: pool.spec_prepare(rid, n % 4 + 1),
         "spec_commit": lambda: pool.spec_commit(rid, n % 4 + 1),
+        "decode_finish": lambda: pool.decode_finish(rid, n % 4),
+        "spec_finish": lambda: pool.spec_finish(rid, n % 4 + 1, n % 3 + 1, n % 4),
         "evict": lambda: pool.evict(n),
         "offload_release": lambda: pool.offload_release(rid, n % 2),
         "flush": pool.flush,
