@@ -43,6 +43,7 @@ _CALLS: dict[str, Call] = {
     "spec_finish": lambda t, a: t.spec_finish(a["req"], a["accepted"], a["stop"], a["by"]),
     "pp_release": lambda t, a: t.pp_release(a["req"]),
     "pp_release_manual": lambda t, a: t.pp_release_manual(a["req"]),
+    "pp_profile": lambda t, a: t.pp_profile(a["quarter"]),
     "retract": lambda t, a: t.retract(a["req"]),
     "retract_decode": lambda t, a: t.retract_decode(),
     "abort": lambda t, a: t.abort(a["req"]),
@@ -284,7 +285,9 @@ class Lockstep:
         action = self.model.action(op)
         choice: dict[str, int] = {}
         evicted = sum(freed for _, freed in evictions)
-        if "row" in action.choice:
+        if op == "pp_profile":
+            choice.update(_profiled_row(before, after))
+        elif "row" in action.choice:
             choice["row"] = result
         if op == "batch":
             choice.update((f"row{i}", row) for i, row in enumerate(result))
@@ -457,6 +460,15 @@ def refusal_corners(op: str, legal: bool, reason: str, args: dict[str, int] | No
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)}) if op == "batch" and args else [op]
         corners.append(f"allocation path: out of {short} ({', '.join(ops)})")
     return corners
+
+
+def _profiled_row(before: PoolSnapshot, after: PoolSnapshot) -> dict[str, int]:
+    """The row PP profiling's synthetic requests took and how often: the first whose generation moved (0, 0 if
+    none did; another row that moved is the abstraction's to report)."""
+    for row, (was, now) in enumerate(zip(before.row_generation, after.row_generation, strict=True)):
+        if row >= 1 and now != was:
+            return {"row": row, "uses": now - was}
+    return {"row": 0, "uses": 0}
 
 
 def _stepped_past(op: str, args: dict[str, int]) -> int:

@@ -329,6 +329,11 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def release(self, i: int, path: str) -> None:
             self._do(path, {"req": self._pick(i, LIVE)})
 
+        @precondition(lambda self: allowed("pp_profile") and self.out_of_group())
+        @rule(quarter=st.integers(1, 8))
+        def pp_profile(self, quarter: int) -> None:
+            self._do("pp_profile", {"quarter": quarter})
+
         @precondition(lambda self: allowed("pp_release_manual") and self.has_live())
         @rule(i=PICK)
         def pp_release_manual(self, i: int) -> None:

@@ -48,9 +48,11 @@ class ModelOnly:
         s, action = self.model.state, self.model.action(op)
         choice = {}
         if "row" in action.choice:
-            held = s.rec_row.get(args["req"])
+            held = s.rec_row.get(args["req"]) if "req" in args else 0
             free = [r for r in range(1, self.model.sizes.rows + 1) if not s.row_held.get(r)]
             choice["row"] = held or max(free)
+        if op == "pp_profile":
+            choice["uses"] = 1
         if "dup" in action.choice:
             releasing = op in ("finish", "decode_finish", "spec_finish")
             choice["dup"] = s.rec_P.get(args["req"]) if releasing else args.get("prefix", 0)

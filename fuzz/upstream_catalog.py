@@ -33,6 +33,7 @@ DECODE = "srt/disaggregation/decode.py"
 OFFLOAD = "srt/disaggregation/decode_kvcache_offload_manager.py"
 SCHEDULER = "srt/managers/scheduler.py"
 RESULT = "srt/managers/scheduler_components/batch_result_processor.py"
+CHUNK_SIZER = "srt/managers/scheduler_components/dynamic_chunk_sizer.py"
 
 _RELEASE = [
     SourceMutant(
@@ -525,6 +526,14 @@ _FINISHES = [
         "        if True:\n            return self.kv.kv_committed_len\n",
         "spec-p1",
         "0.5.22's cut taken back out: `owned_kv_len()` ignores `finished_len`, the run past a stop is cached",
+    ),
+    SourceMutant(
+        "pp-profile-keeps-kv",
+        CHUNK_SIZER,
+        "                release_kv_cache(req, self.tree_cache, checkpoint=False)\n",
+        "                pass\n",
+        "chunk-p1",
+        "PP profiling's synthetic requests never released: their rows and slots held from server start",
     ),
     SourceMutant(
         "checkpoint-past-owned",

@@ -57,7 +57,7 @@ from impl.target import (
     check_finish_by,
 )
 from properties.interning import Interned
-from properties.vocabulary import KIND_NORMAL, ceil_align
+from properties.vocabulary import KIND_NORMAL, PROFILE_REQUESTS, ceil_align
 
 T = TypeVar("T")
 
@@ -86,6 +86,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "spec_finish",
             "pp_release",
             "pp_release_manual",
+            "pp_profile",
             "retract",
             "retract_decode",
             "abort",
@@ -323,6 +324,18 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         else:
             self._release(req, is_insert=False, grouped=False)
         req.status = ReqStatus.FINISHED
+
+    def pp_profile(self, quarter: int) -> None:
+        """PP dynamic-chunk profiling (0.5.23's `DynamicChunkSizer._profile_prefill_latency`): synthetic requests of
+        the longest profiled prompt down, each given a row and its slots alone (no match, no stash), then released
+        by `release_kv_cache(is_insert=False)`; none is a request of the pool's."""
+        longest = self._check_profile(quarter, self.allocator.free_group is not None)
+        step = max(1, longest // PROFILE_REQUESTS)
+        for length in range(longest, 0, -step)[:PROFILE_REQUESTS]:
+            req = Req(rid=-1, prompt_len=length, origin_len=length, status=ReqStatus.RUNNING)
+            self._contract(functools.partial(alloc_for_extend, self.pools, [req], [length]))
+            req.extend_range_end = length
+            self._release(req, is_insert=False, grouped=False)
 
     def pp_release_manual(self, rid: int) -> None:
         """PP-profiling release as hand-written before PR #37167: frees `[0, seq_len)` raw, `seq_len` being the

@@ -15,7 +15,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from impl.records import ReqStatus
 from impl.target import PoolConfig, RecordView, Refused
-from properties.vocabulary import BATCH_OPS, KIND_NAMES, KIND_NORMAL, MAX_BATCH, num_new_pages
+from properties.vocabulary import (
+    BATCH_OPS,
+    KIND_NAMES,
+    KIND_NORMAL,
+    MAX_BATCH,
+    PROFILE_TOKENS_PER_QUARTER,
+    ceil_align,
+    num_new_pages,
+)
 
 
 class Entry(Protocol):
@@ -199,6 +207,20 @@ class SchedulerGlue(ABC, Generic[E]):
         evictable = self._evictable_slot_count() - locking if self.config.evict_on_demand else 0
         if slots > free + evictable:
             raise Refused(f"{slots} slots asked for, {free} free and {evictable} evictable")
+
+    def _check_profile(self, quarter: int, group_open: bool) -> int:
+        """PP profiling's longest synthetic prompt (`quarter` a quarter of its chunked prefill size), refused as the
+        model refuses it: a server profiles at start, on an idle pool with no open free group, so a profiling that
+        would have to evict, outgrow a row or stage its frees is outside the flow."""
+        longest = quarter * PROFILE_TOKENS_PER_QUARTER
+        if quarter < 1 or longest > self.config.width:
+            raise Refused(f"a profiled prompt of {longest} tokens does not fit a row of {self.config.width}")
+        if group_open:
+            raise Refused("profiling runs with no free group open")
+        free = self._free_slot_count()
+        if self._free_row_count() < 1 or ceil_align(longest, self.config.page_size) > free:
+            raise Refused(f"profiling needs a row and {longest} slots free; {free} are")
+        return longest
 
     def _check_extend_capacity(self, plan: ExtendPlan) -> None:
         need = tokens_needed(self.config.page_size, plan.start, plan.seq_len)

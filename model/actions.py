@@ -23,6 +23,8 @@ from properties.vocabulary import (
     FINISH_BY,
     KIND_NORMAL,
     KIND_SKIP_INSERT,
+    PROFILE_REQUESTS,
+    PROFILE_TOKENS_PER_QUARTER,
     STATUS_DECODE,
     STATUS_DONE,
     STATUS_NEW,
@@ -642,6 +644,36 @@ def _manual_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
 PP_RELEASE_MANUAL = Action("pp_release_manual", REQ_ONLY, _manual_enabled, _manual_update)
 
 
+def _pp_profile_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    """PP dynamic-chunk profiling admits synthetic requests one at a time, each released before the next, none
+    matching or keying the tree: it needs a row and the longest prompt's pages free (no eviction), the row wide
+    enough, and no open free group (at server start there is none)."""
+    longest = a["quarter"] * PROFILE_TOKENS_PER_QUARTER
+    fits = o.And(longest <= p.width, ceil_align(o, p, longest) <= s.n_free_slots)
+    return o.And(a["quarter"] >= 1, s.n_free_rows >= 1, fits, s.group_open == 0)
+
+
+def _pp_profile_choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    """The synthetic requests took one free row in turn (each gives it back before the next asks), `uses` times."""
+    return o.And(row_free(o, p, s, a["row"]), a["uses"] >= 1, a["uses"] <= PROFILE_REQUESTS)
+
+
+def _pp_profile_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """What the profiling's requests take, they give back: the pool is as it was, its row handed out `uses` times
+    more."""
+    return _set(o, s, a["row"], row_gen=_sel(o, s, "row_gen", a["row"]) + a["uses"])
+
+
+PP_PROFILE = Action(
+    "pp_profile",
+    (("quarter", "len"), ("row", "row"), ("uses", "len")),
+    _pp_profile_enabled,
+    _pp_profile_update,
+    _pp_profile_choice_ok,
+    choice=("row", "uses"),
+)
+
+
 def _retract_update(o: Any, p: Sizes, s: State, a: Args) -> State:
     return _reset_for_retract(o, _release(o, p, s, a["req"], False, 0), a["req"])
 
@@ -838,6 +870,7 @@ CONTRACT: tuple[Action, ...] = (
     SPEC_FINISH,
     PP_RELEASE,
     PP_RELEASE_MANUAL,
+    PP_PROFILE,
     RETRACT,
     ABORT,
     EVICT,

@@ -52,6 +52,10 @@ MAX_BATCH = 3
 # What a result pass's finish check matched (a finishing step's `by`): a stop token of the sampling params, an EOS
 # id, the length cap, a stop string. Each ends the request alike; the targets realize each their own way.
 FINISH_BY = ("stop_token", "eos", "length", "stop_str")
+# PP dynamic-chunk profiling (`pp_profile`) is drawn by a quarter of its chunked prefill size: upstream profiles
+# `int(chunked_prefill_size * 1.25)` tokens, five per quarter, and up to `PROFILE_REQUESTS` requests of it and less.
+PROFILE_TOKENS_PER_QUARTER = 5
+PROFILE_REQUESTS = 128
 BATCH_OPS = ("admit", "extend", "decode")  # a batch entry's op; `op{i}` in a batch step is its index here
 
 

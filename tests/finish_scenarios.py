@@ -72,3 +72,16 @@ def stop_outside_the_run_is_refused(target: str) -> None:
     decoding(lock)
     assert lock.step("spec_finish", {"req": 0, "accepted": 2, "stop": 3, "by": 0}) is None
     assert lock.model.state.rec_status.get(0) != STATUS_DONE
+
+
+def profiling_gives_everything_back(target: str, cache: str) -> None:
+    """PP profiling beside a decoding request: its synthetic requests take one free row in turn and give every slot
+    back; the request's own record is untouched."""
+    lock = Lockstep({**SPEC_TREE, "cache": cache, "target": target, "faults": []})
+    ok(lock, "admit", {"req": 0, "prompt": PROMPT, "n": PROMPT, "family": 0})
+    before = lock.snap
+    ok(lock, "pp_profile", {"quarter": 2})
+    assert lock.snap.free_slots.numel() == before.free_slots.numel()
+    assert lock.snap.free_rows == before.free_rows
+    assert lock.snap.records[0] == before.records[0]
+    assert lock.steps[-1].choice["uses"] >= 1

@@ -93,6 +93,8 @@ RULES: dict[str, Rule] = {
         Rule("decode_finish", (Pick(DECODING),), schedules=True),
         Rule("spec_finish", (Pick(DECODING),), _SPECULATIVE),
         Rule("pp_release", (Pick(LIVE),)),
+        # PP profiling runs at server start; drawn whenever it fits, beside whatever requests the pool holds.
+        Rule("pp_profile", (Pick(NO_REQUEST),), schedules=True),
         # Priority preemption walks a batch that still lists requests that finished this round (#18694).
         Rule("retract", (Pick(LIVE), Pick(RELEASED))),
         Rule("abort", (Pick(LIVE), Pick(WAITING))),
@@ -151,6 +153,7 @@ def drawn_params(action: Action, sizes: Sizes, kinds: Sequence[int]) -> tuple[Pa
         "accepted": range(1, SMALL_COUNT + 1),
         "stop": range(1, SMALL_COUNT + 1),
         "by": range(len(FINISH_BY)),
+        "quarter": range(1, SMALL_COUNT + 1),
     }
     skipped = set(action.choice) | OBSERVED
     return tuple(

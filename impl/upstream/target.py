@@ -29,7 +29,7 @@ from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
 from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
-from impl.upstream import pd, spec, stops
+from impl.upstream import pd, pp_profile, spec, stops
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
 from properties.vocabulary import KIND_NORMAL, KIND_SKIP_INSERT
@@ -138,6 +138,7 @@ class SglangPool(SchedulerGlue[_Request]):
             "spec_finish",
             "pp_release",
             "pp_release_manual",
+            "pp_profile",
             "retract",
             "retract_decode",
             "abort",
@@ -280,6 +281,13 @@ class SglangPool(SchedulerGlue[_Request]):
         with stops.armed(entry.req, by, output_token(rid, start + stop - 1), outputs + stop):
             spec.spec_commit(self, rid, accepted)
             self._result_body(entry, accepted)
+
+    @_logged
+    def pp_profile(self, quarter: int) -> None:
+        """PP dynamic-chunk profiling by upstream's own code (`impl.upstream.pp_profile`) at a chunked prefill size
+        of `4 * quarter`: its synthetic requests admitted and released by upstream over the pools."""
+        self._check_profile(quarter, self._group_open())
+        self._upstream(lambda: pp_profile.profile(self, 4 * quarter))
 
     @_logged
     def pp_release(self, rid: int) -> None:

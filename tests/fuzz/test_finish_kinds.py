@@ -8,6 +8,7 @@ import pytest
 from properties.vocabulary import FINISH_BY
 from tests.finish_scenarios import (
     decode_finish_releases_in_its_pass,
+    profiling_gives_everything_back,
     stop_at_the_run_end_keeps_it_all,
     stop_outside_the_run_is_refused,
     trimmed_run_keeps_only_through_the_stop,
@@ -44,3 +45,19 @@ def test_an_unknown_finish_kind_is_refused() -> None:
     with pytest.raises(Refused, match="finish kind 4"):
         pool.decode_finish(0, len(FINISH_BY))
     assert pool.snapshot().records[0].committed_len == 4
+
+
+@pytest.mark.parametrize("cache", ["chunk", "radix"])
+def test_pp_profiling_gives_everything_back(cache: str) -> None:
+    profiling_gives_everything_back("reference", cache)
+
+
+def test_pp_profiling_that_does_not_fit_is_refused() -> None:
+    from impl.engine import ReferencePool
+    from impl.target import PoolConfig, Refused
+
+    pool = ReferencePool(PoolConfig(rows=2, tokens=8, width=32))
+    with pytest.raises(Refused, match="needs a row and 10 slots"):
+        pool.pp_profile(2)
+    with pytest.raises(Refused, match="does not fit a row"):
+        pool.pp_profile(7)

@@ -21,6 +21,7 @@ from tests.finish_scenarios import (
     decode_finish_releases_in_its_pass,
     decoding,
     lockstep,
+    profiling_gives_everything_back,
     stop_at_the_run_end_keeps_it_all,
     stop_outside_the_run_is_refused,
     trimmed_run_keeps_only_through_the_stop,
@@ -76,3 +77,24 @@ def test_a_check_that_ignores_the_stop_token_is_a_finding(monkeypatch: pytest.Mo
     decoding(lock)
     failure = lock.step("spec_finish", {"req": 0, "accepted": 3, "stop": 2, "by": FINISH_BY.index("stop_token")})
     assert failure is not None, "a stop token the check ignores went unseen"
+
+
+@pytest.mark.parametrize("cache", ["chunk", "radix"])
+def test_upstream_pp_profiling_gives_everything_back(cache: str) -> None:
+    profiling_gives_everything_back("sglang", cache)
+
+
+def test_a_profiling_that_keeps_its_requests_kv_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiling's release taken out, in whichever of upstream's two homes this release keeps it: the slots
+    its synthetic requests took stay taken, which the model's whole pool shows."""
+    try:
+        from sglang.srt.managers.scheduler_components import dynamic_chunk_sizer as module
+    except ImportError:
+        from sglang.srt.managers import scheduler_pp_mixin as module
+    lock = lockstep("sglang", speculative=False)
+    if hasattr(module, "release_kv_cache"):
+        monkeypatch.setattr(module, "release_kv_cache", lambda *a, **k: None)
+    else:  # 0.5.18's hand-written release frees the slots through the allocator itself
+        monkeypatch.setattr(lock.target.allocator, "free", lambda *a, **k: None)
+    failure = lock.step("pp_profile", {"quarter": 2})
+    assert failure is not None, "a profiling that kept its KV went unseen"
