@@ -65,8 +65,10 @@ def model_sizes(config: dict[str, Any]) -> Sizes:
 
 
 def target_ops(config: dict[str, Any]) -> frozenset[str]:
-    """The lockstep ops the config's target implements (`differential` included: it runs only those)."""
-    return TARGETS[config.get("target", "reference")]().OPS | {DIFFERENTIAL}
+    """The lockstep ops the config's target implements (`differential` included: it runs only those), less those
+    its pool shape never runs: PP profiling is a prefill server's, never the PD decode side's."""
+    ops = TARGETS[config.get("target", "reference")]().OPS | {DIFFERENTIAL}
+    return ops - {"pp_profile"} if config.get("row_pool") == "decode" else ops
 
 
 def target_problem(config: dict[str, Any]) -> str | None:

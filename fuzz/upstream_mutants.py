@@ -1,11 +1,12 @@
 """The upstream exam: each mutant of `fuzz.upstream_catalog` (a bug of a shape SGLang shipped, one edit of
-upstream's own source) planted in a copy of the installed sglang and hunted by the seeded walker on upstream's
-classes.
+upstream's own source) planted in a copy of the installed sglang and hunted on upstream's classes by the seeded
+walker or by the Hypothesis state machine (`--engine`).
 
-`python -m fuzz.upstream_mutants [--only NAME]... [--budget DURATION]`, with a sglang venv's python
-(`make mutants-sglang`). The package is copied once into a temporary folder; each mutant edits its one file there,
-a child process imports that copy ahead of the installed one (`PYTHONPATH`) and walks seed after seed from 0 on the
-mutant's pool until a step fails or the budget is spent (leaving out the ops of the release's known findings, as
+`python -m fuzz.upstream_mutants [--only NAME]... [--budget DURATION] [--engine walker|hypothesis]`, with a sglang
+venv's python (`make mutants-sglang`). The package is copied once into a temporary folder; each mutant edits its one
+file there, a child process imports that copy ahead of the installed one (`PYTHONPATH`) and runs seed after seed
+from 0 on the mutant's pool (a walk, or a Hypothesis run of `HYPOTHESIS_EXAMPLES` cases without shrinking) until a
+step fails or the budget is spent (leaving out the ops of the release's known findings, as
 `verify-upstream` does once it meets one), and the file is put back. The installed sglang is never
 written. A mutant whose original text is not in this release's file exactly once does not apply to it: reported so,
 never as found. A child that crashes is kvlife's failure (exit 70), not a finding.
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from fuzz.profiles import POOLS
 from fuzz.upstream_catalog import MUTANTS, SourceMutant
@@ -35,6 +37,9 @@ from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, int
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BUDGET_S = 60.0
 WALK_STEPS = 1_500  # one seed's walk
+ENGINES = ("walker", "hypothesis")
+HYPOTHESIS_EXAMPLES = 25  # one seed's Hypothesis run, of `HYPOTHESIS_STEPS` steps a case at most
+HYPOTHESIS_STEPS = 60
 CHILD_GRACE_S = 120.0  # a child's start-up (it imports sglang) and its last walk, beyond the budget
 CONTROL_S = 20.0  # each pool's walk on the unmodified release, at most
 UNMODIFIED = "(unmodified)"  # the control walks' name in the report
@@ -74,20 +79,21 @@ def applies(mutant: SourceMutant, package: Path) -> str | None:
     return None if found == 1 else f"its original text occurs {found} times in {mutant.path}, not once"
 
 
-def hunt(mutant: SourceMutant, copy: Path, budget_s: float) -> Outcome:
+def hunt(mutant: SourceMutant, copy: Path, budget_s: float, engine: str = "walker") -> Outcome:
     """Plant `mutant` in `copy` (a copy of the sglang package), hunt it in a child, put the file back."""
     target = copy / mutant.path
     original = target.read_text(encoding="utf-8")
     target.write_text(original.replace(mutant.original, mutant.mutated), encoding="utf-8")
     try:
-        return _judge(mutant, _walk_child(copy.parent, mutant.pool, budget_s))
+        return _judge(mutant, _walk_child(copy.parent, mutant.pool, budget_s, engine))
     finally:
         target.write_text(original, encoding="utf-8")
 
 
-def _walk_child(overlay: Path, pool: str, budget_s: float) -> subprocess.CompletedProcess[str]:
+def _walk_child(overlay: Path, pool: str, budget_s: float, engine: str = "walker") -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(overlay), str(ROOT)]), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-W", "ignore", "-m", "fuzz.upstream_mutants", "--walk", pool, "--budget", f"{budget_s}s"]
+    argv += ["--engine", engine]
     try:
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=budget_s + CHILD_GRACE_S)
     except subprocess.TimeoutExpired:
@@ -108,13 +114,12 @@ def _judge(mutant: SourceMutant, child: subprocess.CompletedProcess[str]) -> Out
     return Outcome(mutant, verdict, str(answer.get("detail", ""))[:300], float(answer.get("seconds", 0.0)))
 
 
-def walk(pool_spec: str, budget_s: float) -> int:
-    """The child: walk seeds from 0 on the pool (`POOL` or `POOL:CORE`) on the sglang it imports; print one JSON
-    line; exit 1 at the first failing step, else 0."""
+def walk(pool_spec: str, budget_s: float, engine: str = "walker") -> int:
+    """The child: run `engine` seed after seed from 0 on the pool (`POOL` or `POOL:CORE`) on the sglang it imports;
+    print one JSON line; exit 1 at the first failing step, else 0."""
     from fuzz.flags import one_torch_thread
     from fuzz.targets import retarget
     from fuzz.upstream_verify import fuzz_excluded, load_findings
-    from fuzz.walker.walk import Walker
 
     one_torch_thread()
     pool, _, core = pool_spec.partition(":")
@@ -123,21 +128,44 @@ def walk(pool_spec: str, budget_s: float) -> int:
         config["tree_core"] = core
     # A mutant is found by what it breaks, not by a bug the release already has.
     exclude = fuzz_excluded(load_findings(ROOT / "upstream" / "findings.json"), installed_version())
+    one_seed = _walker_seed if engine == "walker" else _hypothesis_seed
     start, seed, steps = time.perf_counter(), 0, 0
     while (left := budget_s - (time.perf_counter() - start)) > 0:
-        result = Walker(config, seed, exclude).run(steps=WALK_STEPS, budget_s=left)
-        steps += result.steps
-        failure = result.failure
-        if failure is not None:
-            detail = f"seed {seed}, step {failure.step}: {failure.kind} {failure.id}: {failure.message}"
-            print(json.dumps({"detail": detail, "seconds": time.perf_counter() - start, "steps": steps}))
+        taken, found = one_seed(config, exclude, seed, left)
+        steps += taken
+        if found is not None:
+            print(json.dumps({"detail": f"seed {seed}, {found}", "seconds": time.perf_counter() - start}))
             return EXIT_FOUND
         seed += 1
     print(json.dumps({"detail": f"{steps} steps, {seed} seeds", "seconds": time.perf_counter() - start}))
     return EXIT_CLEAN
 
 
-def run_exam(names: list[str], budget_s: float, say: Callable[[str], None] = print) -> list[Outcome]:
+def _walker_seed(config: dict[str, Any], exclude: frozenset[str], seed: int, left: float) -> tuple[int, str | None]:
+    """One seed's walk: its steps and, if a step failed, what failed."""
+    from fuzz.walker.walk import Walker
+
+    result = Walker(config, seed, exclude).run(steps=WALK_STEPS, budget_s=left)
+    failure = result.failure
+    found = None if failure is None else f"step {failure.step}: {failure.kind} {failure.id}: {failure.message}"
+    return result.steps, found
+
+
+def _hypothesis_seed(config: dict[str, Any], exclude: frozenset[str], seed: int, left: float) -> tuple[int, str | None]:
+    """One seed's Hypothesis run (not shrunk: a mutant is found by its first failing step): its steps and, if a
+    step failed, what failed. `left` is not read: one run is short, and the loop checks the budget between runs."""
+    from fuzz.profiles import Profile
+    from fuzz.run import run
+
+    profile = Profile("exam", HYPOTHESIS_EXAMPLES, HYPOTHESIS_STEPS, False, False, shrink=False)
+    with tempfile.TemporaryDirectory(prefix="kvlife-exam-") as tmp:
+        result = run(config, profile, seed, Path(tmp) / "ce", Path(tmp) / "db", exclude=exclude)
+    return result.steps, (result.failure_text or None) if result.counterexample else None
+
+
+def run_exam(
+    names: list[str], budget_s: float, say: Callable[[str], None] = print, engine: str = "walker"
+) -> list[Outcome]:
     """Every named mutant (all where `names` is empty) on the installed sglang, one line each as it ends, after a
     control walk of each pool they use on the unmodified copy (what a hunt finds must be its mutant's)."""
     package = sglang_package()
@@ -150,13 +178,13 @@ def run_exam(names: list[str], budget_s: float, say: Callable[[str], None] = pri
         problems = {m.name: applies(m, copy) for m in chosen}
         for pool in sorted({m.pool for m in chosen if problems[m.name] is None}):
             unmodified = SourceMutant(UNMODIFIED, "", "", "", pool, "the release as it ships")
-            outcome = _judge(unmodified, _walk_child(copy.parent, pool, min(budget_s, CONTROL_S)))
+            outcome = _judge(unmodified, _walk_child(copy.parent, pool, min(budget_s, CONTROL_S), engine))
             outcome = replace(outcome, verdict=CONTROL_VERDICTS.get(outcome.verdict, outcome.verdict))
             outcomes.append(outcome)
             say(_line(outcome))
         for mutant in chosen:
             problem = problems[mutant.name]
-            outcome = Outcome(mutant, "n/a", problem) if problem else hunt(mutant, copy, budget_s)
+            outcome = Outcome(mutant, "n/a", problem) if problem else hunt(mutant, copy, budget_s, engine)
             outcomes.append(outcome)
             say(_line(outcome))
     return outcomes
@@ -200,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     try:
         if args.walk:
-            return walk(args.walk, args.budget)
-        outcomes = run_exam(args.only, args.budget)
+            return walk(args.walk, args.budget, args.engine)
+        outcomes = run_exam(args.only, args.budget, engine=args.engine)
         line, status = summary(outcomes, installed_version())
         print(line)
         return status
@@ -213,7 +241,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fuzz.upstream_mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="this mutant only (repeatable)")
     parser.add_argument("--budget", type=duration, default=DEFAULT_BUDGET_S, help="hunt time per mutant (60s)")
-    parser.add_argument("--walk", metavar="POOL[:CORE]", help=argparse.SUPPRESS)  # the child's walk
+    parser.add_argument("--engine", choices=ENGINES, default="walker", help="what hunts each mutant (walker)")
+    parser.add_argument("--walk", metavar="POOL[:CORE]", help=argparse.SUPPRESS)  # the child's hunt
     return parser
 
 

@@ -211,8 +211,12 @@ class SchedulerGlue(ABC, Generic[E]):
     def _check_profile(self, quarter: int, group_open: bool) -> int:
         """PP profiling's longest synthetic prompt (`quarter` a quarter of its chunked prefill size), refused as the
         model refuses it: a server profiles at start, on an idle pool with no open free group, so a profiling that
-        would have to evict, outgrow a row or stage its frees is outside the flow."""
+        would have to evict, outgrow a row or stage its frees is outside the flow; and only a prefill server profiles
+        (the PD decode side's row pool never does, and hands its rows out in turn, where the model has the requests
+        take one row)."""
         longest = quarter * PROFILE_TOKENS_PER_QUARTER
+        if self.config.row_pool == "decode":
+            raise Refused("a PD decode server profiles no prefill chunks")
         if quarter < 1 or longest > self.config.width:
             raise Refused(f"a profiled prompt of {longest} tokens does not fit a row of {self.config.width}")
         if group_open:
