@@ -541,7 +541,9 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             req.last_node = None  # the lock went back with the release; the scheduler drops the handle
 
     def _open_extend(self, req: Req, plan: ExtendPlan) -> None:
-        """`init_next_round_input` and the admission's lock (a fresh match only), before the batch allocates."""
+        """`init_next_round_input` and the admission's lock (a fresh match only), before the batch allocates; a
+        re-admitted request starts with no stop (its finish state went with its last round)."""
+        req.stop_len = None
         if plan.match_limit is not None:
             self._match_and_lock(req, plan.match_limit)
         elif self.faults.on("chunk_rematch_lock_leak") and self.tree is not None:

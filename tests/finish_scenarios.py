@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from fuzz.lockstep import Lockstep
-from properties.vocabulary import FINISH_BY, STATUS_DONE
+from properties.vocabulary import FINISH_BY, STATUS_DECODE, STATUS_DONE
 
 # A speculative radix tree of page size 1: every token the release keys is one tree slot.
 SPEC_TREE = {"device": "cpu", "rows": 4, "tokens": 64, "width": 32, "page_size": 1, "cache": "radix"}
@@ -85,3 +85,16 @@ def profiling_gives_everything_back(target: str, cache: str) -> None:
     assert lock.snap.free_rows == before.free_rows
     assert lock.snap.records[0] == before.records[0]
     assert lock.steps[-1].choice["uses"] >= 1
+
+
+def readmitted_after_a_trimmed_finish_owns_all_it_commits(target: str) -> None:
+    """A request re-admitted after a trimmed finish starts with no stop: its next finish keys all it committed
+    (a stale stop would cap the key below what the record owns)."""
+    lock = lockstep(target)
+    decoding(lock)
+    ok(lock, "spec_finish", {"req": 0, "accepted": 5, "stop": 2, "by": 0})
+    ok(lock, "extend", {"req": 0, "n": 4})
+    while lock.model.state.rec_status.get(0) != STATUS_DECODE:
+        ok(lock, "extend", {"req": 0, "n": 4})
+    ok(lock, "decode_finish", {"req": 0, "by": 0})
+    assert lock.model.state.rec_status.get(0) == STATUS_DONE

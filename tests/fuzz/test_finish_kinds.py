@@ -9,6 +9,7 @@ from properties.vocabulary import FINISH_BY
 from tests.finish_scenarios import (
     decode_finish_releases_in_its_pass,
     profiling_gives_everything_back,
+    readmitted_after_a_trimmed_finish_owns_all_it_commits,
     stop_at_the_run_end_keeps_it_all,
     stop_outside_the_run_is_refused,
     trimmed_run_keeps_only_through_the_stop,
@@ -61,3 +62,7 @@ def test_pp_profiling_that_does_not_fit_is_refused() -> None:
         pool.pp_profile(2)
     with pytest.raises(Refused, match="does not fit a row"):
         pool.pp_profile(7)
+
+
+def test_a_request_readmitted_after_a_trimmed_finish_owns_all_it_commits() -> None:
+    readmitted_after_a_trimmed_finish_owns_all_it_commits("reference")

@@ -22,6 +22,7 @@ from tests.finish_scenarios import (
     decoding,
     lockstep,
     profiling_gives_everything_back,
+    readmitted_after_a_trimmed_finish_owns_all_it_commits,
     stop_at_the_run_end_keeps_it_all,
     stop_outside_the_run_is_refused,
     trimmed_run_keeps_only_through_the_stop,
@@ -107,3 +108,7 @@ def test_a_profiling_that_keeps_its_requests_kv_is_a_finding(monkeypatch: pytest
         monkeypatch.setattr(lock.target.allocator, "free", lambda *a, **k: None)
     failure = lock.step("pp_profile", {"quarter": 2})
     assert failure is not None, "a profiling that kept its KV went unseen"
+
+
+def test_upstream_readmits_after_a_trimmed_finish_with_no_stop() -> None:
+    readmitted_after_a_trimmed_finish_owns_all_it_commits("sglang")
