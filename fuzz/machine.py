@@ -214,6 +214,11 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             ids = self._ids(statuses)
             return ids[index % len(ids)]
 
+        def _reserved(self) -> list[int]:
+            """The decoding requests holding draft slots past what they committed (`C < A`)."""
+            state = self.lock.model.state
+            return [r for r in self._ids(DECODING) if state.rec_A.get(r) > state.rec_C.get(r)]
+
         def _new_rid(self) -> int:
             self.next_rid += 1
             return self.next_rid - 1
@@ -317,12 +322,16 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def decode_finish(self, i: int, by: int) -> None:
             self._do("decode_finish", {"req": self._pick(i, DECODING), "by": by})
 
-        @precondition(lambda self: allowed("release", "spec_finish") and speculative and self.has_decoding())
+        @precondition(lambda self: allowed("release", "spec_finish") and speculative and bool(self._reserved()))
         @rule(i=PICK, accepted=st.integers(1, 8), stop=st.integers(0, 7), by=FINISH_KINDS)
         def spec_finish(self, i: int, accepted: int, stop: int, by: int) -> None:
-            # The stop anywhere in the run: inside it trims what the release keeps, at its end it does not.
+            # A request with a reserve, a run that fits it (a longer one is spec_commit's refusal to draw), the stop
+            # anywhere in it: inside it trims what the release keeps, at its end it does not.
+            state, reserved = self.lock.model.state, self._reserved()
+            rid = reserved[i % len(reserved)]
+            accepted = (accepted - 1) % (state.rec_A.get(rid) - state.rec_C.get(rid)) + 1
             args = {"accepted": accepted, "stop": stop % accepted + 1, "by": by}
-            self._do("spec_finish", {"req": self._pick(i, DECODING), **args})
+            self._do("spec_finish", {"req": rid, **args})
 
         @precondition(lambda self: in_swarm("release") and bool(releases) and self.has_live())
         @rule(i=PICK, path=st.sampled_from(releases or ["finish"]))
