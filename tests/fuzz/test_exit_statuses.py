@@ -244,7 +244,7 @@ def _upstream_mutants(tmp: Path, mp: pytest.MonkeyPatch, found: bool, *argv: str
     mp.setattr(exam, "sglang_package", lambda: tmp / "sglang")
     mp.setattr(exam, "installed_version", lambda: "0.0.1")
 
-    def child(overlay: Path, pool: str, budget_s: float) -> subprocess.CompletedProcess[str]:
+    def child(overlay: Path, pool: str, budget_s: float, engine: str = "walker") -> subprocess.CompletedProcess[str]:
         planted = found and (overlay / "sglang" / "srt" / "mod.py").read_text() == "x = 2\n"
         answer = json.dumps({"detail": "stubbed", "seconds": 0.1})
         return subprocess.CompletedProcess([], 1 if planted else 0, answer, "")

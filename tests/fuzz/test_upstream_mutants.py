@@ -56,7 +56,7 @@ def test_a_hunt_runs_on_the_edited_copy_and_puts_the_file_back(tmp_path: Path, m
     package = _package(tmp_path)
     seen = []
 
-    def child(overlay: Path, pool: str, budget_s: float) -> subprocess.CompletedProcess[str]:
+    def child(overlay: Path, pool: str, budget_s: float, engine: str = "walker") -> subprocess.CompletedProcess[str]:
         seen.append(((overlay / "sglang" / "srt" / "mod.py").read_text(), pool))
         return _child(EXIT_FOUND, {"detail": "step 3: invariant x", "seconds": 0.5})
 
