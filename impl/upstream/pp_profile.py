@@ -86,15 +86,19 @@ def profile(target: Any, chunked_prefill_size: int) -> int:
     runner = ModelRunnerStandIn(_model_config(target.dialect.model_config(), target.config.width))
     try:
         from sglang.srt.managers.scheduler_components import dynamic_chunk_sizer as module
+
+        run = _run_sizer
     except ImportError:
         from sglang.srt.managers import scheduler_pp_mixin as module
 
-        with _seeded(), _forward_input_stand_in(module):
-            _run_mixin(target, runner, chunked_prefill_size)
-        return runner.forwards
+        run = _run_mixin
     with _seeded(), _forward_input_stand_in(module), _first_pp_rank():
-        _sizer(module, target, runner, chunked_prefill_size)._profile_prefill_latency()
+        run(module, target, runner, chunked_prefill_size)
     return runner.forwards
+
+
+def _run_sizer(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill_size: int) -> None:
+    _sizer(module, target, runner, chunked_prefill_size)._profile_prefill_latency()
 
 
 @contextlib.contextmanager
@@ -129,7 +133,7 @@ def _sizer(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill
     return module.DynamicChunkSizer(**{k: v for k, v in values.items() if k in accepted})
 
 
-def _run_mixin(target: Any, runner: ModelRunnerStandIn, chunked_prefill_size: int) -> None:
+def _run_mixin(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill_size: int) -> None:
     """`profile_and_init_predictor` on the target's scheduler: the first PP rank of one, its fit left to run."""
     scheduler = target.host.scheduler
     scheduler.__dict__.update(
