@@ -87,12 +87,12 @@ def profiling_gives_everything_back(target: str, cache: str) -> None:
     assert lock.steps[-1].choice["uses"] >= 1
 
 
-def readmitted_after_a_trimmed_finish_owns_all_it_commits(target: str) -> None:
-    """A request re-admitted after a trimmed finish starts with no stop: its next finish keys all it committed
-    (a stale stop would cap the key below what the record owns)."""
+def readmitted_after_a_trimmed_finish_owns_all_it_commits(target: str, stop: int = 2) -> None:
+    """A request re-admitted after a finish at the `stop`-th of five verified tokens (trimmed below 5) starts with
+    no stop: its next finish keys all it committed (a stale stop would cap the key below what the record owns)."""
     lock = lockstep(target)
     decoding(lock)
-    ok(lock, "spec_finish", {"req": 0, "accepted": 5, "stop": 2, "by": 0})
+    ok(lock, "spec_finish", {"req": 0, "accepted": 5, "stop": stop, "by": 0})
     ok(lock, "extend", {"req": 0, "n": 4})
     while lock.model.state.rec_status.get(0) != STATUS_DECODE:
         ok(lock, "extend", {"req": 0, "n": 4})

@@ -111,4 +111,6 @@ def test_a_profiling_that_keeps_its_requests_kv_is_a_finding(monkeypatch: pytest
 
 
 def test_upstream_readmits_after_a_trimmed_finish_with_no_stop() -> None:
-    readmitted_after_a_trimmed_finish_owns_all_it_commits("sglang")
+    # Where the release keys the whole run (known finding stop-tail-cached) the stop ends the run: still a finish
+    # that set `finished_len`, which the re-admission must drop.
+    readmitted_after_a_trimmed_finish_owns_all_it_commits("sglang", 2 if _trims() else 5)
