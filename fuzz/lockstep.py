@@ -18,6 +18,7 @@ from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
+from model.decode_round import DECODE_ROUND
 from model.interp import PY
 from model.retract_decode import RETRACT_DECODE
 from model.trace import Failure, Step
@@ -46,6 +47,7 @@ _CALLS: dict[str, Call] = {
     "pp_profile": lambda t, a: t.pp_profile(a["quarter"]),
     "retract": lambda t, a: t.retract(a["req"]),
     "retract_decode": lambda t, a: t.retract_decode(),
+    "decode_round": lambda t, a: t.decode_round(),
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
@@ -57,6 +59,8 @@ _CALLS: dict[str, Call] = {
     "release_again": lambda t, a: t.release_again(a["req"]),
     "free_row": lambda t, a: t.free_row(a["req"]),
 }
+# The steps whose choice is a decode retraction's picks (`fuzz.retraction`).
+RETRACTING = frozenset({RETRACT_DECODE, DECODE_ROUND})
 HARNESS_OPS = frozenset({DIFFERENTIAL, DRAIN})  # the harness's own steps, which call no single pool method
 OPS = frozenset(_CALLS) | HARNESS_OPS
 # What each batch entry's op passes to the target.
@@ -167,7 +171,7 @@ class Lockstep:
             evictions.append((args["n"], int(result)))
         return (
             self._judge(index, op, {**args, **choice})
-            or self._judge_evictions(index, before, evictions, unlocks_between=op == RETRACT_DECODE)
+            or self._judge_evictions(index, before, evictions, unlocks_between=op in RETRACTING)
             or self._observe(index)
         )
 
@@ -261,7 +265,7 @@ class Lockstep:
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
         if op == "batch":
             return self.target.peek_batch_evictable(batch_entries(inputs))
-        if op == RETRACT_DECODE:  # a lower bound: what each retraction unlocks may be evicted too
+        if op in RETRACTING:  # a lower bound: what each retraction unlocks may be evicted too
             return self.snap.evictable_size
         rid = inputs["req"]
         if op == "admit":
@@ -291,7 +295,7 @@ class Lockstep:
             choice["row"] = result
         if op == "batch":
             choice.update((f"row{i}", row) for i, row in enumerate(result))
-        if op == RETRACT_DECODE:
+        if op in RETRACTING:
             choice.update(retracted_choice(result))
         if "freed" in action.choice:
             choice["freed"] = result
@@ -362,7 +366,7 @@ class Lockstep:
         )
 
     def _judge(self, index: int, op: str, args: dict[str, int]) -> Failure | None:
-        wrong = self.origins.wrong_pick(self.model.state, args) if op == RETRACT_DECODE else None
+        wrong = self.origins.wrong_pick(self.model.state, args) if op in RETRACTING else None
         if wrong:
             return Failure(index, "illegal-choice", op, f"{_call(op, args)} broke the retraction order: {wrong}")
         if not self.model.choice_ok(op, args):
@@ -497,10 +501,10 @@ def step_corners(
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)})
         corners.append(f"batch: {args['size']} entries ({', '.join(ops)})")
     corners += _finish_corners(op, args)
-    if op == RETRACT_DECODE:
-        corners.append(f"retract_decode: retracted {('none', 'one', 'several')[min(choice['retracted'], 2)]}")
+    if op in RETRACTING:
+        corners.append(f"{op}: retracted {('none', 'one', 'several')[min(choice['retracted'], 2)]}")
         if choice["aborted"]:
-            corners.append("retract_decode: aborted the last request")
+            corners.append(f"{op}: aborted the last request")
     record, previous = after.records.get(args.get("req", -1)), before.records.get(args.get("req", -1))
     if args.get("prefix", 0) > 0:
         corners.append(f"{op}: prefix matched in the tree")

@@ -374,6 +374,12 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def retract_decode(self) -> None:
             self._do("retract_decode", {})
 
+        # The scheduler's decode round: the running batch decodes one token, retracting first where it does not fit.
+        @precondition(lambda self: allowed("decode_round") and self.out_of_group() and self.has_decoding())
+        @rule()
+        def decode_round(self) -> None:
+            self._do("decode_round", {})
+
         @precondition(lambda self: allowed("differential") and self.has_live())
         @rule(i=PICK)
         def differential(self, i: int) -> None:

@@ -89,6 +89,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "pp_profile",
             "retract",
             "retract_decode",
+            "decode_round",
             "abort",
             "offload_release",
             "evict",
@@ -287,6 +288,17 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             self.retract(aborted)
             self.reqs[aborted].status = ReqStatus.FINISHED
         return Retracted(retracted, aborted)
+
+    def decode_round(self) -> Retracted:
+        """The scheduler's decode round (`update_running_batch`, then the result pass): where the next decode of
+        the running batch does not fit (`check_decode_mem`), the decode retraction; then every request left
+        decodes one token."""
+        batch = [rid for rid, _ in self._running_batch()]
+        done = Retracted([], None) if self._decode_fits(batch) else self.retract_decode()
+        for rid in batch:
+            if rid not in done.retracted and rid != done.aborted:
+                self.decode(rid)
+        return done
 
     def _keep_key(self, rid: int) -> tuple[int, int]:
         req = self.reqs[rid]

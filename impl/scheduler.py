@@ -158,6 +158,16 @@ class SchedulerGlue(ABC, Generic[E]):
             raise Refused(f"request {rid} would decode past the row width {self.config.width}")
         return entry, view
 
+    def _running_batch(self) -> list[tuple[int, E]]:
+        """The scheduler's running batch for a decode round: every decoding request, in ascending id, each ready
+        for its next decode step (refused as `_decode_view` refuses, before anything runs)."""
+        batch = sorted((rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.DECODING)
+        if not batch:
+            raise Refused("no request is decoding")
+        for rid, _ in batch:
+            self._decode_view(rid)
+        return batch
+
     def _check_admission(self, rid: int, prompt_len: int | None, kind: int) -> None:
         """What the tokenizer and the scheduler's queue guarantee a new request: a new id, a prompt that fits a
         row, a known kind."""

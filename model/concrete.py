@@ -6,8 +6,9 @@ from typing import Any
 
 from model.actions import ARG_DEFAULTS, Action, actions_for
 from model.batch import BATCH_OPTIONAL, batch_action
+from model.decode_round import decode_round_action
 from model.interp import PY
-from model.retract_decode import RETRACT_DECODE, retract_decode_action
+from model.retract_decode import retract_decode_action
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
 from properties.invariants import INVARIANTS
@@ -16,13 +17,19 @@ from properties.vocabulary import STATUS_NEW
 BATCH_DEFAULTS = dict.fromkeys(BATCH_OPTIONAL, 0)
 
 
+def executable_actions(table: dict[str, Action]) -> tuple[Action, ...]:
+    """The steps judged by the executable model only, built over `table`'s atomic actions: the batch, the decode
+    retraction and the decode round."""
+    return batch_action(table), retract_decode_action(table), decode_round_action(table)
+
+
 class Model:
     """One model instance: sizes, the action table (contract unless faults are named) and the current state."""
 
     def __init__(self, sizes: Sizes, faults: frozenset[str] = frozenset()):
         self.sizes = sizes
         contract = actions_for(faults)
-        self.actions = {**contract, "batch": batch_action(contract), RETRACT_DECODE: retract_decode_action(contract)}
+        self.actions = {**contract, **{a.name: a for a in executable_actions(contract)}}
         self.state: State = initial(PY, sizes)
 
     def action(self, op: str) -> Action:

@@ -72,37 +72,10 @@ def retract_decode_action(table: dict[str, Action]) -> Action:
         return fits and all(_releasable(o, p, s, r) for r in batch)
 
     def choice_ok(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
-        return _judged(p, s, a) is not None
-
-    def _judged(p: Sizes, s: State, a: dict[str, Any]) -> State | None:
-        """The state after the picks, or None where the picks break the rule."""
-        batch, k, aborted = running(s), a.get("retracted", -1), a.get("aborted", -1)
-        if not 0 <= k <= len(batch) or aborted not in (0, 1):
-            return None
-        picks: list[int] = [a.get(name, -1) for name in PICKS[: k + aborted]]  # a missing pick is in no batch
-        if len(picks) > len(batch) or len(set(picks)) != len(picks) or set(picks) - set(batch):
-            return None
-        if len(batch) > 1 and not 1 <= k <= len(batch) - 1:
-            return None
-        if len(batch) == 1 and k != 0:
-            return None
-        rest = list(batch)
-        for i, rid in enumerate(picks[:k]):
-            if i > 0 and _surely_fits(p, s, a, rest):
-                return None  # popped past a rest that fits
-            s = retract.update(PY, p, s, {"req": rid, "evictable": 0, "evicted": 0})
-            rest.remove(rid)
-        if aborted and (len(rest) != 1 or _surely_fits(p, s, a, rest)):
-            return None  # the last one aborted though it may fit
-        if not aborted and _surely_short(p, s, rest):
-            return None  # stopped (or kept the last one) where the rest cannot fit
-        if aborted:
-            last = {"req": picks[k], "evictable": 0, "evicted": 0, "dup": 0}
-            s = _abort_update(PY, p, retract.update(PY, p, s, last), last)
-        return _evicted(p, s, a["evicted"])
+        return judge_retraction(retract, p, s, a) is not None
 
     def update(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> State:
-        after = _judged(p, s, a)
+        after = judge_retraction(retract, p, s, a)
         assert after is not None, "update on a choice the model does not allow"
         return after
 
@@ -117,17 +90,52 @@ def retract_decode_action(table: dict[str, Action]) -> Action:
     )
 
 
-def _surely_fits(p: Sizes, s: State, a: dict[str, Any], rest: list[int]) -> bool:
-    room = s.n_free_slots + (a["evictable"] if p.on_demand else 0)
-    return decode_need(p, s, rest) <= room
+def judge_retraction(retract: Action, p: Sizes, s: State, a: dict[str, Any]) -> State | None:
+    """The state after the picks of a retraction over `retract`'s release (what the step evicted in all freed at
+    the end), or None where the picks break the rule."""
+    batch, k, aborted = running(s), a.get("retracted", -1), a.get("aborted", -1)
+    if not 0 <= k <= len(batch) or aborted not in (0, 1):
+        return None
+    picks: list[int] = [a.get(name, -1) for name in PICKS[: k + aborted]]  # a missing pick is in no batch
+    if len(picks) > len(batch) or len(set(picks)) != len(picks) or set(picks) - set(batch):
+        return None
+    if len(batch) > 1 and not 1 <= k <= len(batch) - 1:
+        return None
+    if len(batch) == 1 and k != 0:
+        return None
+    rest = list(batch)
+    for i, rid in enumerate(picks[:k]):
+        if i > 0 and surely_fits(p, s, a, rest):
+            return None  # popped past a rest that fits
+        s = retract.update(PY, p, s, {"req": rid, "evictable": 0, "evicted": 0})
+        rest.remove(rid)
+    if aborted and (len(rest) != 1 or surely_fits(p, s, a, rest)):
+        return None  # the last one aborted though it may fit
+    if not aborted and surely_short(p, s, rest):
+        return None  # stopped (or kept the last one) where the rest cannot fit
+    if aborted:
+        last = {"req": picks[k], "evictable": 0, "evicted": 0, "dup": 0}
+        s = _abort_update(PY, p, retract.update(PY, p, s, last), last)
+    return after_evicting(p, s, a["evicted"])
 
 
-def _surely_short(p: Sizes, s: State, rest: list[int]) -> bool:
-    room = s.n_free_slots + (s.tree_slots if p.on_demand else 0)
-    return decode_need(p, s, rest) > room
+def surely_fits(p: Sizes, s: State, a: dict[str, Any], rest: list[int]) -> bool:
+    """The rest's next decode fits the free slots plus what was evictable before the step."""
+    return decode_need(p, s, rest) <= s.n_free_slots + _evictable_room(p, s, a["evictable"])
 
 
-def _evicted(p: Sizes, s: State, got: int) -> State | None:
+def surely_short(p: Sizes, s: State, rest: list[int]) -> bool:
+    """The rest's next decode fits nowhere: not in the free slots even with the whole tree evicted."""
+    return decode_need(p, s, rest) > s.n_free_slots + _evictable_room(p, s, s.tree_slots)
+
+
+def _evictable_room(p: Sizes, s: State, evictable: int) -> int:
+    """What evicting `evictable` tree slots adds to the free ones: nothing while a free group is open (the
+    allocator holds what the tree gives back until the group ends), nothing without on-demand eviction."""
+    return evictable if p.on_demand and s.group_open != 1 else 0
+
+
+def after_evicting(p: Sizes, s: State, got: int) -> State | None:
     """What the step's retractions and checks evicted: whole pages of the tree (nothing without on-demand
     eviction)."""
     if not p.on_demand:

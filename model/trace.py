@@ -149,11 +149,9 @@ def step_schema() -> dict[str, StepShape]:
     """Every op of the contract, the harness's observation step (it changes nothing on model or pool) and its drain
     (`fuzz.drain`: releases the model works out from its own state)."""
     from model.actions import CONTRACT, OPTIONAL_ARGS, actions_for  # loaded once a step is to be checked
-    from model.batch import batch_action
-    from model.retract_decode import retract_decode_action
+    from model.concrete import executable_actions
 
-    table = actions_for()
-    executable = (batch_action(table), retract_decode_action(table))
+    executable = executable_actions(actions_for())
     shapes = {a.name: _shape(a, OPTIONAL_ARGS | a.optional) for a in (*CONTRACT, *executable)}
     return shapes | {"differential": StepShape({"req": SORTS["req"]}, {}), "drain": DRAIN_SHAPE}
 

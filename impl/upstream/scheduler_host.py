@@ -5,8 +5,9 @@ each named in `_scheduler_fields` (a method reading one not named there fails wi
 which names it: a crash of the harness, never a finding). Stand-ins exist only for what lies outside the KV
 lifecycle: the transport back to the tokenizer, metrics, the grammar queue, and the model worker, which is the
 fuzzer's tokens handed to the result pass as a `GenerationBatchResult`. The methods themselves run unmodified:
-`flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, and the result
-processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
+`flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, `update_running_batch`
+(its filter, its decode-memory check, the retraction, the re-queue `_add_request_to_queue` and the abort's output),
+and the result processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
 
 Before each call the adapter shows the scheduler where each request is (`show`): the decoding requests in
 `running_batch`, the waiting ones in `waiting_queue`, a request mid-prefill as `chunked_req`.
@@ -101,6 +102,14 @@ class SchedulerHost:
         self.scheduler.abort_request(AbortReq(rid=upstream_rid(rid)))
         self.scheduler.process_pending_chunked_abort()
 
+    def update_running_batch(self) -> Any:
+        """The decode round's half in `get_next_batch_to_run`: `running_batch = update_running_batch(running_batch)`;
+        returns the batch to decode (None or empty: none this round)."""
+        s = self.scheduler
+        with _root_warnings_off():  # a retraction logs its warning
+            s.running_batch = s.update_running_batch(s.running_batch)
+        return s.running_batch
+
     def decode_result(self, batch: Any, tokens: list[int]) -> None:
         """The result pass of a decode batch (`process_batch_result_decode`): the model worker sampled `tokens`,
         one per request of `batch` in order."""
@@ -149,6 +158,14 @@ def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> di
         "result_queue": deque(),
         "_pending_chunked_abort_req": None,
         "_engine_paused": False,
+        "forward_ct": 0,
+        "enable_skip_finishing_decode": False,  # the overlap scheduler's, off without overlap
+        "new_token_ratio_tracker": _new_token_ratio_tracker(),
+        "enable_priority_scheduling": False,
+        "schedule_low_priority_values_first": False,
+        "abort_on_priority_when_disabled": False,
+        "max_queued_requests": None,
+        "processed_tokens_counter": 0,
         "is_generation": True,
         "enable_overlap": False,
         "enable_overlap_mlx": False,
@@ -167,7 +184,12 @@ def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> di
         "model_config": _model_config(dialect),
         "grammar_manager": StandIn("grammar queue", grammar_queue=[]),
         "metrics_reporter": StandIn(
-            "metrics", is_stats_logging_rank=False, num_generated_tokens=0, forward_ct_decode=0
+            "metrics",
+            is_stats_logging_rank=False,
+            num_generated_tokens=0,
+            forward_ct_decode=0,
+            enable_metrics=False,
+            num_retracted_reqs=0,
         ),
         "metrics_collector": StandIn("metrics collector"),
         "output_streamer": StandIn("output transport"),
@@ -186,6 +208,13 @@ def _parallel_state() -> dict[str, Any]:
     except ImportError:
         return {}
     return {"ps": ParallelState.trivial()}
+
+
+def _new_token_ratio_tracker() -> Any:
+    """The scheduler's own ratio tracker, built as `Scheduler.__init__` builds it (a retraction sets its ratio)."""
+    from sglang.srt.managers.scheduler_components.new_token_ratio_tracker import NewTokenRatioTracker
+
+    return NewTokenRatioTracker.from_config()
 
 
 def _dllm_manager() -> Any:

@@ -141,6 +141,7 @@ class SglangPool(SchedulerGlue[_Request]):
             "pp_profile",
             "retract",
             "retract_decode",
+            "decode_round",
             "abort",
             "evict",
             "flush",
@@ -335,6 +336,43 @@ class SglangPool(SchedulerGlue[_Request]):
         for rid in aborted:
             self._retire(self.reqs[rid])
         return Retracted([rid_of[id(req)] for req in retracted], aborted[0] if aborted else None)
+
+    @_logged
+    def decode_round(self) -> Retracted:
+        """The scheduler's decode round: upstream's `update_running_batch` on the running batch (every decoding
+        request's own batch, in ascending id, merged), which filters it, checks the next decode's memory, and only
+        where it does not fit retracts (`retract_decode`), re-queues the retracted and aborts the last one; then
+        it prepares the decode of the rest, whose result pass (`process_batch_result_decode`) takes the fuzzer's
+        tokens. Where each request ends is read off upstream (`_placed`)."""
+        decoding = self._running_batch()
+        committed = {rid: self._view(entry).committed_len for rid, entry in decoding}
+        self._show(None)
+        self.host.scheduler.running_batch = self.dialect.merge_batches([entry.batch for _, entry in decoding])
+        answer: list[Any] = []
+        self._upstream(lambda: answer.append(self.host.update_running_batch()))
+        kept, retracted = self._placed(decoding, answer[0])
+        if kept:
+            self._decode_result(answer[0], [(rid, self.reqs[rid], committed[rid]) for rid in kept])
+        return retracted
+
+    def _placed(self, decoding: list[tuple[int, _Request]], batch: Any) -> tuple[list[int], Retracted]:
+        """Where upstream's round left each request of `decoding`: the ones `batch` still holds (to decode), the
+        ones in the waiting queue (retracted, in the order it queued them), the one it aborted (`to_finish` set, or
+        finished). One it put nowhere is lost, never to run again: it counts as finished and is reported among
+        the retracted, which the model's waiting request shows as a mismatch."""
+        rid_of = {id(entry.req): rid for rid, entry in decoding}
+        kept = [] if batch is None else [rid_of[id(req)] for req in batch.reqs]
+        queued = [rid_of[id(req)] for req in self.host.scheduler.waiting_queue if id(req) in rid_of]
+        aborted = [rid for rid, e in decoding if rid not in {*kept, *queued} and _aborted(e.req)]
+        lost = [rid for rid, _ in decoding if rid not in {*kept, *queued, *aborted}]
+        if len(aborted) > 1:
+            raise RuntimeError(f"update_running_batch aborted {len(aborted)} requests; without PD it aborts one")
+        for rid, entry in decoding:
+            if rid in queued:
+                self._requeue(entry)
+            elif rid not in kept:
+                self._retire(entry)
+        return kept, Retracted([*queued, *lost], aborted[0] if aborted else None)
 
     @_logged
     def abort(self, rid: int) -> None:
@@ -625,16 +663,21 @@ class SglangPool(SchedulerGlue[_Request]):
         """The decode entries as one running batch: merged from each request's own, decoded, split back."""
         running = self.dialect.merge_batches([entry.batch for _, entry, _ in plan.decode])
         self._upstream(running.prepare_for_decode)
-        tokens = [output_token(rid, view.committed_len) for rid, _, view in plan.decode]
+        self._decode_result(running, [(rid, entry, view.committed_len) for rid, entry, view in plan.decode])
+
+    def _decode_result(self, running: Any, decoded: list[tuple[int, _Request, int]]) -> None:
+        """The result pass of a prepared decode batch, `decoded` its requests in order (each with its committed
+        length before the step), then each request's own batch split back and its status as upstream left it."""
+        tokens = [output_token(rid, committed) for rid, _, committed in decoded]
         if self._group_open():
             # The harness's own open group (the scheduler never decodes inside one, and its result pass opens its
             # own): the tokens appended as sampled, then each request's body of that pass (`finish_check`).
-            for (_, entry, _), token in zip(plan.decode, tokens, strict=True):
+            for (_, entry, _), token in zip(decoded, tokens, strict=True):
                 entry.req.output_ids.append(token)
                 self._upstream(functools.partial(self.host.finish_check, entry.req, running, 1))
         else:
             self._upstream(lambda: self.host.decode_result(running, tokens))
-        for index, (_, entry, _) in enumerate(plan.decode):
+        for index, (_, entry, _) in enumerate(decoded):
             entry.batch = self.dialect.split_batch(running, index)
             entry.status = ReqStatus.FINISHED if entry.req.finished() else ReqStatus.DECODING
 
@@ -643,3 +686,8 @@ class SglangPool(SchedulerGlue[_Request]):
         self.dialect.stash(entry.req, self.cache)
         entry.batch, entry.prompt_len = batch, plan.prompt_len
         entry.status = ReqStatus.DECODING if plan.seq_len == plan.prompt_len else ReqStatus.RUNNING
+
+
+def _aborted(req: Any) -> bool:
+    """Whether upstream ended `req`: finished, or marked to finish (an abort the next result pass would report)."""
+    return bool(req.finished() or req.to_finish is not None)
