@@ -484,6 +484,34 @@ _RETRACTION = [
     ),
 ]
 
+# `Scheduler.update_running_batch`, run on the running batch by the decode round.
+_ROUND = [
+    SourceMutant(
+        "round-retracted-not-queued",
+        SCHEDULER,
+        "            for req in retracted_reqs:\n                self._add_request_to_queue(req, is_retracted=True)\n",
+        "            pass\n",
+        "busy-p1",
+        "retracted requests dropped by the scheduler: their KV given back, never re-queued, never answered",
+    ),
+    SourceMutant(
+        "round-never-retracts",
+        SCHEDULER,
+        "        if kv_full_retract_flag or (\n            TEST_RETRACT and",
+        "        if (\n            TEST_RETRACT and",
+        "busy-p1",
+        "a decode round that ignores its own memory check: the decode's allocation fails instead of a retraction",
+    ),
+    SourceMutant(
+        "round-always-retracts",
+        SCHEDULER,
+        "        kv_full_retract_flag = not batch.check_decode_mem()\n",
+        "        kv_full_retract_flag = True\n",
+        "chunk-p1",
+        "a decode round that retracts though the batch fits (the test-only retraction left on)",
+    ),
+]
+
 _FINISHES = [
     SourceMutant(
         "stop-token-ignored",
@@ -555,5 +583,6 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_BATCHES,
     *_SCHEDULER,
     *_RETRACTION,
+    *_ROUND,
     *_FINISHES,
 )

@@ -96,3 +96,65 @@ def aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
     assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
     assert lock.model.state.rec_status.get(0) == STATUS_DONE
     return lock
+
+
+# -- the decode round (`decode_round`: `update_running_batch`, then the result pass) ------------------------------
+
+
+def decode_round(lock: Lockstep) -> tuple[Failure | None, dict[str, int]]:
+    """The decode round's failure (None if it passed) and what the pool chose."""
+    failure = lock.step("decode_round", {})
+    return failure, lock.steps[-1].choice
+
+
+def roomy(target: str) -> Lockstep:
+    """Four decoding requests of four tokens on 24 slots: eight free, the next decode fits."""
+    lock = lockstep(target, CROWDED)
+    admitted(lock, [4] * 4)
+    return lock
+
+
+def round_that_fits_decodes_everyone(target: str) -> Lockstep:
+    """Nothing retracted; every request decodes one token."""
+    lock = roomy(target)
+    failure, choice = decode_round(lock)
+    assert failure is None, failure
+    assert (choice["retracted"], choice["aborted"]) == (0, 0), choice
+    assert [lock.model.state.rec_C.get(r) for r in range(4)] == [5] * 4
+    assert lock.snap.free_slots.numel() == 4
+    return lock
+
+
+def round_that_does_not_fit_retracts_then_decodes(target: str) -> Lockstep:
+    """The crowded batch gives back its last two requests, then the four left decode one token each."""
+    lock = crowded(target)
+    failure, choice = decode_round(lock)
+    assert failure is None, failure
+    assert choice == {"r0": 5, "r1": 4, "retracted": 2, "aborted": 0}
+    assert [lock.model.state.rec_status.get(r) for r in (4, 5)] == [STATUS_WAITING] * 2
+    assert [lock.model.state.rec_C.get(r) for r in range(4)] == [5] * 4
+    assert lock.snap.free_slots.numel() == 4
+    return lock
+
+
+def round_in_an_open_group_retracts_all_but_one(target: str) -> Lockstep:
+    """Inside an open free group the retractions' frees wait for its end, so no retraction makes room: the round
+    retracts all but one and aborts that last one too."""
+    lock = crowded(target)
+    assert lock.step("group_begin", {}) is None
+    failure, choice = decode_round(lock)
+    assert failure is None, failure
+    assert (choice["retracted"], choice["aborted"]) == (5, 1), choice
+    assert lock.step("group_end", {}) is None
+    assert lock.snap.free_slots.numel() == 24
+    return lock
+
+
+def round_aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
+    """The request alone on a full pool is aborted by the round, which then decodes nothing."""
+    lock = alone(target, cache)
+    failure, choice = decode_round(lock)
+    assert failure is None, failure
+    assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
+    assert lock.model.state.rec_status.get(0) == STATUS_DONE
+    return lock

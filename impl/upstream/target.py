@@ -347,24 +347,28 @@ class SglangPool(SchedulerGlue[_Request]):
         decoding = self._running_batch()
         committed = {rid: self._view(entry).committed_len for rid, entry in decoding}
         self._show(None)
-        self.host.scheduler.running_batch = self.dialect.merge_batches([entry.batch for _, entry in decoding])
+        running = self.dialect.merge_batches([entry.batch for _, entry in decoding])
+        pop_order = [decoding[i][0] for i in reversed(self.dialect.retraction_order(running))]
+        self.host.scheduler.running_batch = running
         answer: list[Any] = []
         self._upstream(lambda: answer.append(self.host.update_running_batch()))
-        kept, retracted = self._placed(decoding, answer[0])
+        kept, retracted = self._placed(decoding, answer[0], pop_order)
         if kept:
             self._decode_result(answer[0], [(rid, self.reqs[rid], committed[rid]) for rid in kept])
         return retracted
 
-    def _placed(self, decoding: list[tuple[int, _Request]], batch: Any) -> tuple[list[int], Retracted]:
+    def _placed(
+        self, decoding: list[tuple[int, _Request]], batch: Any, pop_order: list[int]
+    ) -> tuple[list[int], Retracted]:
         """Where upstream's round left each request of `decoding`: the ones `batch` still holds (to decode), the
         ones in the waiting queue (retracted, in the order it queued them), the one it aborted (`to_finish` set, or
         finished). One it put nowhere is lost, never to run again: it counts as finished and is reported among
-        the retracted, which the model's waiting request shows as a mismatch."""
+        the retracted (in upstream's own `pop_order`), which the model's waiting request shows as a mismatch."""
         rid_of = {id(entry.req): rid for rid, entry in decoding}
         kept = [] if batch is None else [rid_of[id(req)] for req in batch.reqs]
         queued = [rid_of[id(req)] for req in self.host.scheduler.waiting_queue if id(req) in rid_of]
         aborted = [rid for rid, e in decoding if rid not in {*kept, *queued} and _aborted(e.req)]
-        lost = [rid for rid, _ in decoding if rid not in {*kept, *queued, *aborted}]
+        lost = [rid for rid in pop_order if rid not in {*kept, *queued, *aborted}]
         if len(aborted) > 1:
             raise RuntimeError(f"update_running_batch aborted {len(aborted)} requests; without PD it aborts one")
         for rid, entry in decoding:

@@ -14,8 +14,14 @@ from tests.retraction_scenarios import (
     aborts_the_last_that_cannot_fit,
     alone,
     crowded,
+    decode_round,
     follows_the_keep_order,
     retraction,
+    roomy,
+    round_aborts_the_last_that_cannot_fit,
+    round_in_an_open_group_retracts_all_but_one,
+    round_that_does_not_fit_retracts_then_decodes,
+    round_that_fits_decodes_everyone,
     takes_as_few_as_make_the_rest_fit,
     uneven,
 )
@@ -62,3 +68,52 @@ def test_a_pool_that_strays_from_the_policy_is_an_illegal_choice(
     failure, _ = retraction(lock)
     assert failure is not None and (failure.kind, failure.id) == ("illegal-choice", "retract_decode"), failure
     assert why in failure.message, failure.message
+
+
+# -- the decode round ------------------------------------------------------------------------------------------
+
+
+def test_a_round_that_fits_decodes_every_request_and_retracts_none() -> None:
+    assert round_that_fits_decodes_everyone("reference").step("drain", {}) is None
+
+
+def test_a_round_that_does_not_fit_retracts_as_the_retraction_does_then_decodes_the_rest() -> None:
+    assert round_that_does_not_fit_retracts_then_decodes("reference").step("drain", {}) is None
+
+
+def test_a_round_inside_an_open_free_group_finds_no_room_in_its_own_frees() -> None:
+    assert round_in_an_open_group_retracts_all_but_one("reference").step("drain", {}) is None
+
+
+@pytest.mark.parametrize("cache", ["chunk", "radix"])
+def test_a_round_aborts_the_last_request_that_cannot_fit_alone(cache: str) -> None:
+    assert round_aborts_the_last_that_cannot_fit("reference", cache).step("drain", {}) is None
+
+
+def _round_answers(lock: Lockstep, picks: list[int]) -> None:
+    """Make the pool's round retract `picks` with its own release, then decode the rest, whatever it should do."""
+
+    def decode_round() -> Retracted:
+        for rid in picks:
+            lock.target.retract(rid)
+        for rid in sorted(r for r, req in lock.target.reqs.items() if req.status.name == "DECODING"):
+            lock.target.decode(rid)
+        return Retracted(picks, None)
+
+    lock.target.decode_round = decode_round  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "picks"),
+    [
+        (roomy, [3]),  # retracted from a round that fits
+        (crowded, [5, 4, 3]),  # a third pick past a rest that fits
+    ],
+)
+def test_a_round_that_strays_from_the_memory_check_is_an_illegal_choice(
+    scenario: Callable[[str], Lockstep], picks: list[int]
+) -> None:
+    lock = scenario("reference")
+    _round_answers(lock, picks)
+    failure, _ = decode_round(lock)
+    assert failure is not None and (failure.kind, failure.id) == ("illegal-choice", "decode_round"), failure

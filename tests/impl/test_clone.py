@@ -37,6 +37,7 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "offload_release": lambda: pool.offload_release(rid, n % 2),
         "flush": pool.flush,
         "retract_decode": pool.retract_decode,
+        "decode_round": pool.decode_round,
         "group_begin": pool.group_begin,
         "group_end": pool.group_end,
         "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),

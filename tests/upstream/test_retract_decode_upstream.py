@@ -1,7 +1,8 @@
 """The decode retraction on the upstream target runs upstream's own `ScheduleBatch.retract_decode` on the merged
-running batch: its picks, its abort of the last request and its releases match the model on every release, and
-an in-process change to its keep order (for the test only) is a finding, which a retraction re-enacted in the
-adapter would not show."""
+running batch, and the decode round upstream's `Scheduler.update_running_batch` (its check, the retraction, the
+re-queue, the abort) then the result pass: their picks, their abort of the last request and their releases match
+the model on every release, and an in-process change to the keep order or to the round's caller code (for the
+test only) is a finding, which a retraction re-enacted in the adapter would not show."""
 
 from __future__ import annotations
 
@@ -19,8 +20,14 @@ from fuzz.drain import DRAIN, drain_args
 from impl.upstream.dialects import supported_version
 from tests.retraction_scenarios import (
     aborts_the_last_that_cannot_fit,
+    crowded,
+    decode_round,
     follows_the_keep_order,
     retraction,
+    round_aborts_the_last_that_cannot_fit,
+    round_in_an_open_group_retracts_all_but_one,
+    round_that_does_not_fit_retracts_then_decodes,
+    round_that_fits_decodes_everyone,
     takes_as_few_as_make_the_rest_fit,
     uneven,
 )
@@ -53,3 +60,30 @@ def test_a_changed_keep_order_upstream_is_a_finding(monkeypatch: pytest.MonkeyPa
     failure, _ = retraction(uneven("sglang"))
     assert failure is not None and (failure.kind, failure.id) == ("illegal-choice", "retract_decode"), failure
     assert "broke the retraction order" in failure.message, failure.message
+
+
+def test_upstream_round_that_fits_decodes_every_request() -> None:
+    assert round_that_fits_decodes_everyone("sglang").step(DRAIN, DRAINED) is None
+
+
+def test_upstream_round_that_does_not_fit_retracts_then_decodes_the_rest() -> None:
+    assert round_that_does_not_fit_retracts_then_decodes("sglang").step(DRAIN, DRAINED) is None
+
+
+def test_upstream_round_inside_an_open_free_group_finds_no_room_in_its_own_frees() -> None:
+    assert round_in_an_open_group_retracts_all_but_one("sglang").step(DRAIN, DRAINED) is None
+
+
+@pytest.mark.parametrize("cache", ["chunk", "radix"])
+def test_upstream_round_aborts_the_last_request_that_cannot_fit_alone(cache: str) -> None:
+    assert round_aborts_the_last_that_cannot_fit("sglang", cache).step(DRAIN, DRAINED) is None
+
+
+def test_a_round_that_drops_its_retracted_requests_upstream_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_add_request_to_queue` made to drop what it is given (for the test only): the retracted requests are lost,
+    never re-queued, which the model's waiting requests show."""
+    from sglang.srt.managers.scheduler import Scheduler
+
+    monkeypatch.setattr(Scheduler, "_add_request_to_queue", lambda self, req, is_retracted=False: None)
+    failure, _ = decode_round(crowded("sglang"))
+    assert failure is not None and (failure.kind, failure.id) == ("mismatch", "abstraction"), failure
