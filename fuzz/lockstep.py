@@ -20,6 +20,7 @@ from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.decode_round import DECODE_ROUND
 from model.interp import PY
+from model.pause_retract import PAUSE_RETRACT
 from model.retract_decode import RETRACT_DECODE
 from model.trace import Failure, Step
 from properties.abstraction import Observation, observe
@@ -48,6 +49,7 @@ _CALLS: dict[str, Call] = {
     "retract": lambda t, a: t.retract(a["req"]),
     "retract_decode": lambda t, a: t.retract_decode(),
     "decode_round": lambda t, a: t.decode_round(),
+    "pause_retract": lambda t, a: t.pause_retract(),
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
@@ -61,6 +63,8 @@ _CALLS: dict[str, Call] = {
 }
 # The steps whose choice is a decode retraction's picks (`fuzz.retraction`).
 RETRACTING = frozenset({RETRACT_DECODE, DECODE_ROUND})
+# The steps that retract several requests, whose evictions may take what each retraction unlocks.
+UNLOCKING = RETRACTING | {PAUSE_RETRACT}
 HARNESS_OPS = frozenset({DIFFERENTIAL, DRAIN})  # the harness's own steps, which call no single pool method
 OPS = frozenset(_CALLS) | HARNESS_OPS
 # What each batch entry's op passes to the target.
@@ -171,7 +175,7 @@ class Lockstep:
             evictions.append((args["n"], int(result)))
         return (
             self._judge(index, op, {**args, **choice})
-            or self._judge_evictions(index, before, evictions, unlocks_between=op in RETRACTING)
+            or self._judge_evictions(index, before, evictions, unlocks_between=op in UNLOCKING)
             or self._observe(index)
         )
 
@@ -265,7 +269,7 @@ class Lockstep:
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
         if op == "batch":
             return self.target.peek_batch_evictable(batch_entries(inputs))
-        if op in RETRACTING:  # a lower bound: what each retraction unlocks may be evicted too
+        if op in UNLOCKING:  # a lower bound: what each retraction unlocks may be evicted too
             return self.snap.evictable_size
         rid = inputs["req"]
         if op == "admit":

@@ -374,6 +374,12 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def retract_decode(self) -> None:
             self._do("retract_decode", {})
 
+        # A weight update's retract-mode pause: every running request and the chunked one retracted, re-queued.
+        @precondition(lambda self: allowed("pause_retract") and self.has_live())
+        @rule()
+        def pause_retract(self) -> None:
+            self._do("pause_retract", {})
+
         # The scheduler's decode round: the running batch decodes one token, retracting first where it does not fit.
         @precondition(lambda self: allowed("decode_round") and self.out_of_group() and self.has_decoding())
         @rule()

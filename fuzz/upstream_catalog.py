@@ -512,6 +512,36 @@ _ROUND = [
     ),
 ]
 
+# `Scheduler.pause_generation(mode="retract")`, run by the retract-mode pause.
+_PAUSE = [
+    SourceMutant(
+        "pause-skips-chunked",
+        SCHEDULER,
+        "            retract_reqs.append(self.chunked_req)\n",
+        "            pass\n",
+        "chunk-p1",
+        "a weight-update pause that forgets the chunked request: dropped from the scheduler with its row and KV",
+    ),
+    SourceMutant(
+        "pause-not-requeued",
+        SCHEDULER,
+        "            else:\n                self._add_request_to_queue(req)\n"
+        "        self.running_batch.batch_is_full = False\n",
+        "            else:\n                pass\n        self.running_batch.batch_is_full = False\n",
+        "chunk-p1",
+        "a pause that retracts the running requests and never re-queues them: they never resume",
+    ),
+    SourceMutant(
+        "pause-keeps-chunked",
+        SCHEDULER,
+        "            self.chunked_req = None\n\n        # Surface the paused state",
+        "            pass\n\n        # Surface the paused state",
+        "chunk-p1",
+        "a pause that retracts the chunked request but leaves it the scheduler's chunked request: queued and "
+        "mid-prefill at once",
+    ),
+]
+
 _FINISHES = [
     SourceMutant(
         "stop-token-ignored",
@@ -584,5 +614,6 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_SCHEDULER,
     *_RETRACTION,
     *_ROUND,
+    *_PAUSE,
     *_FINISHES,
 )

@@ -90,6 +90,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "retract",
             "retract_decode",
             "decode_round",
+            "pause_retract",
             "abort",
             "offload_release",
             "evict",
@@ -256,14 +257,15 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         req.stop_len = start + stop
         self.finish(rid)
 
-    def retract(self, rid: int) -> None:
-        """Retraction (`release_req`): release without insert, evict for the requests still running, then
-        `reset_for_retract`; the request waits to be re-admitted with its outputs as prompt."""
+    def retract(self, rid: int, remaining: int | None = None) -> None:
+        """Retraction (`release_req`): release without insert, evict for the `remaining` requests (by default those
+        still running), then `reset_for_retract`; the request waits to be re-admitted with its outputs as prompt."""
         # #18694: preemption without its not-finished filter also picks requests that already finished.
         req = self._get(rid) if self.faults.on("preempt_finished_double_free") else self._running(rid)
         self._release(req, is_insert=False, grouped=False)
-        running = sum(1 for r in self.reqs.values() if r.kv.holds_kv and r.status is not ReqStatus.FINISHED)
-        evict_from_tree_cache(self.pools, running * RETRACT_DECODE_STEPS)
+        if remaining is None:
+            remaining = sum(1 for r in self.reqs.values() if r.kv.holds_kv and r.status is not ReqStatus.FINISHED)
+        evict_from_tree_cache(self.pools, remaining * RETRACT_DECODE_STEPS)
         self._contract(lambda: reset_for_retract(req))
         if req.prompt_len is not None:
             req.prompt_len = len(req.fill_ids)  # re-admission recomputes the outputs as prompt
@@ -299,6 +301,14 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             if rid not in done.retracted and rid != done.aborted:
                 self.decode(rid)
         return done
+
+    def pause_retract(self) -> None:
+        """The retract-mode pause (`pause_generation(mode="retract")`): `retract_all` over the running batch, then
+        the chunked request, each release evicting for the requests left to retract with it
+        (`remaing_req_count`), each then re-queued."""
+        order = self._pause_order()
+        for index, (rid, _) in enumerate(order):
+            self.retract(rid, len(order) - index)
 
     def _keep_key(self, rid: int) -> tuple[int, int]:
         req = self.reqs[rid]

@@ -168,6 +168,20 @@ class SchedulerGlue(ABC, Generic[E]):
             self._decode_view(rid)
         return batch
 
+    def _pause_order(self) -> list[tuple[int, E]]:
+        """What a retract-mode pause retracts, in its order: the running batch (every decoding request, ascending
+        id), then the chunked request (the one mid-prefill); refused before anything runs where none is live, a
+        live one holds no row, or more than one is mid-prefill (the scheduler has one chunked request)."""
+        live = sorted((rid, e) for rid, e in self.reqs.items() if e.status in (ReqStatus.DECODING, ReqStatus.RUNNING))
+        chunked = [(rid, e) for rid, e in live if e.status is ReqStatus.RUNNING]
+        if not live:
+            raise Refused("no request is running")
+        if len(chunked) > 1:
+            raise Refused(f"{len(chunked)} requests are mid-prefill; the scheduler has one chunked request")
+        if any(self._view(e).row is None for _, e in live):
+            raise Refused("a running request holds no row")
+        return [(rid, e) for rid, e in live if e.status is ReqStatus.DECODING] + chunked
+
     def _check_admission(self, rid: int, prompt_len: int | None, kind: int) -> None:
         """What the tokenizer and the scheduler's queue guarantee a new request: a new id, a prompt that fits a
         row, a known kind."""

@@ -158,3 +158,29 @@ def round_aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
     assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
     assert lock.model.state.rec_status.get(0) == STATUS_DONE
     return lock
+
+
+# -- the retract-mode pause (`pause_retract`: `pause_generation(mode="retract")`, then `continue_generation`) --------
+
+
+def paused_mid_prefill(target: str) -> Lockstep:
+    """Two decoding requests and a third mid-prefill (4 of its 8 tokens in): the pause retracts all three and
+    re-queues them, and every slot is free again (nothing was inserted)."""
+    lock = lockstep(target, CROWDED)
+    admitted(lock, [4, 4])
+    assert lock.step("admit", {"req": 2, "prompt": 8, "n": 4, "family": 2}) is None
+    assert lock.step("pause_retract", {}) is None
+    assert [lock.model.state.rec_status.get(r) for r in range(3)] == [STATUS_WAITING] * 3
+    assert lock.snap.free_slots.numel() == 24
+    return lock
+
+
+def pause_with_two_mid_prefill_is_refused(target: str) -> Lockstep:
+    """Two requests mid-prefill is a state the scheduler never has (one chunked request): the pause is refused and
+    changes nothing."""
+    lock = lockstep(target, CROWDED)
+    for rid in (0, 1):
+        assert lock.step("admit", {"req": rid, "prompt": 8, "n": 4, "family": rid}) is None
+    assert lock.step("pause_retract", {}) is None
+    assert lock.corners == ["pause_retract: forbidden call refused"], lock.corners
+    return lock

@@ -106,6 +106,8 @@ RULES: dict[str, Rule] = {
         Rule("abort", (Pick(LIVE), Pick(WAITING))),
         # The decode retraction takes the whole running batch: drawn while some request decodes.
         Rule("retract_decode", (Pick(NO_REQUEST),), ready=lambda s: STATUS_DECODE in s.rec_status.items.values()),
+        # A weight update's retract-mode pause: every running request and the chunked one retracted.
+        Rule("pause_retract", (Pick(NO_REQUEST),), ready=lambda s: bool(LIVE & set(s.rec_status.items.values()))),
         # The scheduler's decode round over the whole running batch, retracting only where it does not fit.
         Rule("decode_round", (Pick(NO_REQUEST),), ready=lambda s: STATUS_DECODE in s.rec_status.items.values()),
         # The hand-written release is only ever called under PR #37167's preconditions.

@@ -114,7 +114,8 @@ def _first_pp_rank() -> Iterator[None]:
 
 
 def _sizer(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill_size: int) -> Any:
-    """A `DynamicChunkSizer` over the target's pools (0.5.20 also takes its PP and world groups, unread here)."""
+    """A `DynamicChunkSizer` over the target's pools (0.5.20 also takes its PP and world groups and its PP rank,
+    unread here)."""
     values = {
         "model_runner": runner,
         "model_config": runner.model_config,
@@ -128,6 +129,7 @@ def _sizer(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill
         "device": "cpu",
         "pp_group": None,
         "world_group": None,
+        "pp_rank": 0,
     }
     accepted = inspect.signature(module.DynamicChunkSizer).parameters
     return module.DynamicChunkSizer(**{k: v for k, v in values.items() if k in accepted})

@@ -5,7 +5,8 @@ each named in `_scheduler_fields` (a method reading one not named there fails wi
 which names it: a crash of the harness, never a finding). Stand-ins exist only for what lies outside the KV
 lifecycle: the transport back to the tokenizer, metrics, the grammar queue, and the model worker, which is the
 fuzzer's tokens handed to the result pass as a `GenerationBatchResult`. The methods themselves run unmodified:
-`flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, `update_running_batch`
+`flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, the retract-mode
+`pause_generation` and `continue_generation`, `update_running_batch`
 (its filter, its decode-memory check, the retraction, the re-queue `_add_request_to_queue` and the abort's output),
 and the result processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
 
@@ -110,6 +111,15 @@ class SchedulerHost:
             s.running_batch = s.update_running_batch(s.running_batch)
         return s.running_batch
 
+    def pause_retract(self) -> None:
+        """A weight update's pause: `pause_generation(PauseGenerationReqInput(mode="retract"))`, then
+        `continue_generation(ContinueGenerationReqInput())`."""
+        from sglang.srt.managers.io_struct import ContinueGenerationReqInput, PauseGenerationReqInput
+
+        with _root_warnings_off():
+            self.scheduler.pause_generation(PauseGenerationReqInput(mode="retract"))
+            self.scheduler.continue_generation(ContinueGenerationReqInput())
+
     def decode_result(self, batch: Any, tokens: list[int]) -> None:
         """The result pass of a decode batch (`process_batch_result_decode`): the model worker sampled `tokens`,
         one per request of `batch` in order."""
@@ -166,6 +176,10 @@ def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> di
         "abort_on_priority_when_disabled": False,
         "max_queued_requests": None,
         "processed_tokens_counter": 0,
+        "_pause_started_at": None,
+        "_pause_intervals": [],
+        "disagg_decode_prealloc_queue": None,
+        "kv_events_publisher": StandIn("KV events"),
         "is_generation": True,
         "enable_overlap": False,
         "enable_overlap_mlx": False,
@@ -190,6 +204,8 @@ def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> di
             forward_ct_decode=0,
             enable_metrics=False,
             num_retracted_reqs=0,
+            current_scheduler_metrics_enabled=False,
+            last_gen_throughput=0.0,
         ),
         "metrics_collector": StandIn("metrics collector"),
         "output_streamer": StandIn("output transport"),

@@ -142,6 +142,7 @@ class SglangPool(SchedulerGlue[_Request]):
             "retract",
             "retract_decode",
             "decode_round",
+            "pause_retract",
             "abort",
             "evict",
             "flush",
@@ -377,6 +378,29 @@ class SglangPool(SchedulerGlue[_Request]):
             elif rid not in kept:
                 self._retire(entry)
         return kept, Retracted([*queued, *lost], aborted[0] if aborted else None)
+
+    @_logged
+    def pause_retract(self) -> None:
+        """A weight update's pause by upstream's own `pause_generation(mode="retract")` and `continue_generation`:
+        the scheduler shown its running batch (every decoding request, ascending id), its waiting queue and its
+        chunked request, it retracts them all (`retract_all`) and re-queues them. Where each ends is read off
+        upstream: still running or chunked (its status kept), queued (retracted), or nowhere (lost: it counts as
+        finished, which the model's waiting request shows as a mismatch)."""
+        order = self._pause_order()
+        waiting = [e.req for e in self.reqs.values() if e.status is ReqStatus.WAITING]
+        chunked = [e.req for _, e in order if e.status is ReqStatus.RUNNING]
+        self.host.show([e.req for _, e in order if e.status is ReqStatus.DECODING], waiting, next(iter(chunked), None))
+        self._upstream(self.host.pause_retract)
+        s = self.host.scheduler
+        kept = {id(req) for req in s.running_batch.reqs} | {id(s.chunked_req)}
+        queued = {id(req) for req in s.waiting_queue}
+        for _, entry in order:
+            if id(entry.req) in kept:
+                continue
+            if id(entry.req) in queued:
+                self._requeue(entry)
+            else:
+                self._retire(entry)
 
     @_logged
     def abort(self, rid: int) -> None:

@@ -11,11 +11,14 @@ import pytest
 from fuzz.lockstep import Lockstep
 from impl.target import Retracted
 from tests.retraction_scenarios import (
+    CROWDED,
     aborts_the_last_that_cannot_fit,
     alone,
     crowded,
     decode_round,
     follows_the_keep_order,
+    pause_with_two_mid_prefill_is_refused,
+    paused_mid_prefill,
     retraction,
     roomy,
     round_aborts_the_last_that_cannot_fit,
@@ -117,3 +120,25 @@ def test_a_round_that_strays_from_the_memory_check_is_an_illegal_choice(
     _round_answers(lock, picks)
     failure, _ = decode_round(lock)
     assert failure is not None and (failure.kind, failure.id) == ("illegal-choice", "decode_round"), failure
+
+
+# -- the retract-mode pause -----------------------------------------------------------------------------------
+
+
+def test_a_pause_retracts_the_running_batch_and_the_chunked_request_and_requeues_them() -> None:
+    lock = paused_mid_prefill("reference")
+    assert lock.step("drain", {}) is None
+
+
+def test_a_pause_with_two_requests_mid_prefill_is_refused() -> None:
+    pause_with_two_mid_prefill_is_refused("reference")
+
+
+def test_a_pause_that_leaves_the_chunked_request_holding_its_row_is_a_finding() -> None:
+    """A pool whose pause retracts only the decoding requests (the chunked one forgotten, for the test only)."""
+    lock = Lockstep({**CROWDED, "target": "reference", "faults": []})
+    for rid, (prompt, n) in enumerate([(4, 4), (8, 4)]):
+        assert lock.step("admit", {"req": rid, "prompt": prompt, "n": n, "family": rid}) is None
+    lock.target.pause_retract = lambda: lock.target.retract(0)  # type: ignore[method-assign]
+    failure = lock.step("pause_retract", {})
+    assert failure is not None and failure.kind in ("mismatch", "invariant"), failure

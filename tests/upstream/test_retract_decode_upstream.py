@@ -19,10 +19,14 @@ if importlib.util.find_spec("sglang") is None:
 from fuzz.drain import DRAIN, drain_args
 from impl.upstream.dialects import supported_version
 from tests.retraction_scenarios import (
+    CROWDED,
     aborts_the_last_that_cannot_fit,
     crowded,
     decode_round,
     follows_the_keep_order,
+    lockstep,
+    pause_with_two_mid_prefill_is_refused,
+    paused_mid_prefill,
     retraction,
     round_aborts_the_last_that_cannot_fit,
     round_in_an_open_group_retracts_all_but_one,
@@ -87,3 +91,29 @@ def test_a_round_that_drops_its_retracted_requests_upstream_is_a_finding(monkeyp
     monkeypatch.setattr(Scheduler, "_add_request_to_queue", lambda self, req, is_retracted=False: None)
     failure, _ = decode_round(crowded("sglang"))
     assert failure is not None and (failure.kind, failure.id) == ("mismatch", "abstraction"), failure
+
+
+def test_upstream_pause_retracts_the_running_batch_and_the_chunked_request() -> None:
+    assert paused_mid_prefill("sglang").step(DRAIN, DRAINED) is None
+
+
+def test_upstream_pause_with_two_requests_mid_prefill_is_refused() -> None:
+    pause_with_two_mid_prefill_is_refused("sglang")
+
+
+def test_a_pause_that_forgets_the_chunked_request_upstream_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`retract_all` made to skip the last request it is given, the chunked one (for the test only): upstream's
+    pause then drops the chunked request with its row, which the model's re-queued request shows."""
+    from sglang.srt.managers import scheduler
+
+    retract_all = scheduler.retract_all
+
+    def skipping(*, reqs, **kwargs):  # type: ignore[no-untyped-def]
+        retract_all(reqs=reqs[:-1], **kwargs)
+
+    monkeypatch.setattr(scheduler, "retract_all", skipping)
+    lock = lockstep("sglang", CROWDED)
+    for rid, (prompt, n) in enumerate([(4, 4), (8, 4)]):
+        assert lock.step("admit", {"req": rid, "prompt": prompt, "n": n, "family": rid}) is None
+    failure = lock.step("pause_retract", {})
+    assert failure is not None and failure.kind in ("mismatch", "invariant"), failure
