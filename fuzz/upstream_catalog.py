@@ -487,6 +487,14 @@ _RETRACTION = [
 # `Scheduler.update_running_batch`, run on the running batch by the decode round.
 _ROUND = [
     SourceMutant(
+        "round-keeps-finished",
+        SCHEDULER,
+        "        batch.filter_batch(reqs_to_exclude=finishing_reqs)\n",
+        "        pass\n",
+        "chunk-p1",
+        "a decode round without its filter: requests that finished and were released last round decode again",
+    ),
+    SourceMutant(
         "round-retracted-not-queued",
         SCHEDULER,
         "            for req in retracted_reqs:\n                self._add_request_to_queue(req, is_retracted=True)\n",
@@ -514,6 +522,15 @@ _ROUND = [
 
 # `Scheduler.pause_generation(mode="retract")`, run by the retract-mode pause.
 _PAUSE = [
+    SourceMutant(
+        "pause-retracts-finished",
+        SCHEDULER,
+        "        retract_reqs = [r for r in self.running_batch.reqs if not r.finished()]\n",
+        "        retract_reqs = list(self.running_batch.reqs)\n",
+        "chunk-p1",
+        "#18694's shape in the pause: a request that finished this round, still in the running batch, retracted "
+        "(released) again",
+    ),
     SourceMutant(
         "pause-skips-chunked",
         SCHEDULER,

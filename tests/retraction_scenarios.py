@@ -184,3 +184,16 @@ def pause_with_two_mid_prefill_is_refused(target: str) -> Lockstep:
     assert lock.step("pause_retract", {}) is None
     assert lock.corners == ["pause_retract: forbidden call refused"], lock.corners
     return lock
+
+
+def finished_then_round(target: str) -> Lockstep:
+    """Request 0 finishes by a stop token in its decode's result pass; the next round (whose filter drops it from
+    the running batch on the upstream target) decodes request 1 only."""
+    lock = roomy(target)
+    assert lock.step("decode_finish", {"req": 0, "by": 0}) is None
+    assert lock.model.state.rec_status.get(0) == STATUS_DONE
+    failure, choice = decode_round(lock)
+    assert failure is None, failure
+    assert (choice["retracted"], choice["aborted"]) == (0, 0), choice
+    assert [lock.model.state.rec_C.get(r) for r in range(1, 4)] == [5] * 3
+    return lock

@@ -464,11 +464,11 @@ class Dialect:
         retracted, _, to_abort = batch.retract_decode(*extra)
         return list(retracted), list(to_abort)
 
-    def retraction_order(self, batch: Any) -> list[int]:
-        """`ScheduleBatch._get_decode_retraction_order` on `batch`: its indices, most preferred to keep first (0.5.18
-        takes `server_args` there as in `retract_decode`)."""
+    def retraction_order(self, reqs: list[Any]) -> list[int]:
+        """`ScheduleBatch._get_decode_retraction_order` on `reqs`: their indices, most preferred to keep first
+        (0.5.18 takes `server_args` there as in `retract_decode`)."""
         extra = (self.server_args,) if self.caps.retract_decode_server_args else ()
-        return list(batch._get_decode_retraction_order(batch.reqs, *extra))
+        return list(self.schedule_batch.ScheduleBatch._get_decode_retraction_order(reqs, *extra))
 
     def stash(self, req: Any, cache: Any) -> None:
         """The stash after an extend that leaves the request unfinished (the next chunk reads it)."""

@@ -77,6 +77,9 @@ class _Request:
     family: int
     status: ReqStatus = ReqStatus.WAITING
     batch: Any = None  # the ScheduleBatch of its last extend or decode, which the next decode continues
+    # Finished in a result pass, it stays in the running batch (this, its batch) until the next filter: the
+    # decode round's and the pause's (the two-phase finish). None once filtered, or never finished so.
+    unfiltered: Any = None
 
 
 def _unsupported(config: PoolConfig, faults: FaultSet) -> str | None:
@@ -266,9 +269,7 @@ class SglangPool(SchedulerGlue[_Request]):
         entry = self._ready_to_decode(rid)
         token = output_token(rid, self._view(entry).committed_len)
         with stops.armed(entry.req, by, token, len(entry.req.output_ids) + 1):
-            self.decode(rid)
-        if entry.req.finished():
-            self._retire(entry)
+            self.decode(rid)  # a finish there is the result pass's (`_finished_in_pass`)
 
     @_logged
     def spec_finish(self, rid: int, accepted: int, stop: int, by: int) -> None:
@@ -348,31 +349,43 @@ class SglangPool(SchedulerGlue[_Request]):
         decoding = self._running_batch()
         committed = {rid: self._view(entry).committed_len for rid, entry in decoding}
         self._show(None)
-        running = self.dialect.merge_batches([entry.batch for _, entry in decoding])
-        pop_order = [decoding[i][0] for i in reversed(self.dialect.retraction_order(running))]
-        self.host.scheduler.running_batch = running
+        pop_order = [decoding[i][0] for i in reversed(self.dialect.retraction_order([e.req for _, e in decoding]))]
+        finished = self._unfiltered()
+        shown = sorted([*decoding, *finished])
+        self.host.scheduler.running_batch = self.dialect.merge_batches([_batch_of(e) for _, e in shown])
         answer: list[Any] = []
         self._upstream(lambda: answer.append(self.host.update_running_batch()))
-        kept, retracted = self._placed(decoding, answer[0], pop_order)
+        kept, retracted = self._placed(decoding, finished, answer[0], pop_order)
         if kept:
-            self._decode_result(answer[0], [(rid, self.reqs[rid], committed[rid]) for rid in kept])
+            lengths = {rid: committed.get(rid, self._view(self.reqs[rid]).committed_len) for rid in kept}
+            self._decode_result(answer[0], [(rid, self.reqs[rid], lengths[rid]) for rid in kept])
         return retracted
 
+    def _unfiltered(self) -> list[tuple[int, _Request]]:
+        """The requests that finished in a result pass since the last filter: still in the running batch."""
+        return [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.FINISHED and e.unfiltered is not None]
+
     def _placed(
-        self, decoding: list[tuple[int, _Request]], batch: Any, pop_order: list[int]
+        self,
+        decoding: list[tuple[int, _Request]],
+        finished: list[tuple[int, _Request]],
+        batch: Any,
+        pop_order: list[int],
     ) -> tuple[list[int], Retracted]:
         """Where upstream's round left each request of `decoding`: the ones `batch` still holds (to decode), the
         ones in the waiting queue (retracted, in the order it queued them), the one it aborted (`to_finish` set, or
         finished). One it put nowhere is lost, never to run again: it counts as finished and is reported among
-        the retracted (in upstream's own `pop_order`), which the model's waiting request shows as a mismatch."""
-        rid_of = {id(entry.req): rid for rid, entry in decoding}
+        the retracted (in upstream's own `pop_order`), which the model's waiting request shows as a mismatch. The
+        `finished` ones the filter should have dropped: one it kept is decoded again, one it queued waits."""
+        everyone = [*decoding, *finished]
+        rid_of = {id(entry.req): rid for rid, entry in everyone}
         kept = [] if batch is None else [rid_of[id(req)] for req in batch.reqs]
         queued = [rid_of[id(req)] for req in self.host.scheduler.waiting_queue if id(req) in rid_of]
         aborted = [rid for rid, e in decoding if rid not in {*kept, *queued} and _aborted(e.req)]
         lost = [rid for rid in pop_order if rid not in {*kept, *queued, *aborted}]
         if len(aborted) > 1:
             raise RuntimeError(f"update_running_batch aborted {len(aborted)} requests; without PD it aborts one")
-        for rid, entry in decoding:
+        for rid, entry in everyone:
             if rid in queued:
                 self._requeue(entry)
             elif rid not in kept:
@@ -382,19 +395,22 @@ class SglangPool(SchedulerGlue[_Request]):
     @_logged
     def pause_retract(self) -> None:
         """A weight update's pause by upstream's own `pause_generation(mode="retract")` and `continue_generation`:
-        the scheduler shown its running batch (every decoding request, ascending id), its waiting queue and its
-        chunked request, it retracts them all (`retract_all`) and re-queues them. Where each ends is read off
-        upstream: still running or chunked (its status kept), queued (retracted), or nowhere (lost: it counts as
-        finished, which the model's waiting request shows as a mismatch)."""
+        the scheduler shown its running batch (every decoding request and those finished since the last filter,
+        ascending id), its waiting queue and its chunked request, it retracts the live ones (`retract_all`) and
+        re-queues them. Where each ends is read off upstream: still running or chunked (its status kept), queued
+        (retracted), or nowhere (lost: it counts as finished, which the model's waiting request shows as a
+        mismatch); a finished one it queued waits, which the model's finished request shows."""
         order = self._pause_order()
         waiting = [e.req for e in self.reqs.values() if e.status is ReqStatus.WAITING]
         chunked = [e.req for _, e in order if e.status is ReqStatus.RUNNING]
-        self.host.show([e.req for _, e in order if e.status is ReqStatus.DECODING], waiting, next(iter(chunked), None))
+        finished = self._unfiltered()
+        running = [e.req for _, e in sorted([*order, *finished]) if e.status is not ReqStatus.RUNNING]
+        self.host.show(running, waiting, next(iter(chunked), None))
         self._upstream(self.host.pause_retract)
         s = self.host.scheduler
         kept = {id(req) for req in s.running_batch.reqs} | {id(s.chunked_req)}
         queued = {id(req) for req in s.waiting_queue}
-        for _, entry in order:
+        for _, entry in [*order, *finished]:
             if id(entry.req) in kept:
                 continue
             if id(entry.req) in queued:
@@ -617,7 +633,7 @@ class SglangPool(SchedulerGlue[_Request]):
             if own_group:
                 self.allocator.free_group_end()
         if entry.req.finished():
-            self._retire(entry)
+            self._finished_in_pass(entry)
 
     def _holds_live_row(self, entry: _Request) -> bool:
         return self.dialect.row(entry.req) is not None and entry.status is not ReqStatus.FINISHED
@@ -626,11 +642,17 @@ class SglangPool(SchedulerGlue[_Request]):
         """A retracted request waits to be re-admitted, its outputs now part of its known prompt."""
         if entry.prompt_len is not None:
             entry.prompt_len = self._known_len(entry)
-        entry.status, entry.batch = ReqStatus.WAITING, None
+        entry.status, entry.batch, entry.unfiltered = ReqStatus.WAITING, None, None
+
+    def _finished_in_pass(self, entry: _Request) -> None:
+        """A request a result pass finished: done, but in the running batch until the next filter."""
+        batch = entry.batch
+        self._retire(entry)
+        entry.unfiltered = batch
 
     def _retire(self, entry: _Request) -> None:
         entry.status = ReqStatus.FINISHED
-        entry.batch = None
+        entry.batch = entry.unfiltered = None
 
     def _upstream(self, call: Callable[[], object]) -> None:
         try:
@@ -683,8 +705,9 @@ class SglangPool(SchedulerGlue[_Request]):
             req.origin_input_ids.extend(prompt_token(entry.family, p) for p in range(start, start + grow))
         if entry.status is ReqStatus.FINISHED:
             # Re-admitted: its finish state as a new `Req` has it (upstream's stash refuses a finished request,
-            # and a stale `finished_len` would cap what the next release frees).
+            # and a stale `finished_len` would cap what the next release frees); it left the running batch.
             req.finished_reason = req.finished_len = req.to_finish = None
+            entry.unfiltered = None
         self.dialect.open_extend(req, self.cache, plan.match_limit is not None, plan.seq_len)
 
     def _decode_all(self, plan: BatchPlan[_Request]) -> None:
@@ -707,7 +730,9 @@ class SglangPool(SchedulerGlue[_Request]):
             self._upstream(lambda: self.host.decode_result(running, tokens))
         for index, (_, entry, _) in enumerate(decoded):
             entry.batch = self.dialect.split_batch(running, index)
-            entry.status = ReqStatus.FINISHED if entry.req.finished() else ReqStatus.DECODING
+            entry.status = ReqStatus.DECODING
+            if entry.req.finished():
+                self._finished_in_pass(entry)
 
     def _extend_result(self, entry: _Request, plan: ExtendPlan, batch: Any) -> None:
         """The result pass of one prefill entry: the stash, its status, and its own batch for the next decode."""
@@ -719,3 +744,9 @@ class SglangPool(SchedulerGlue[_Request]):
 def _aborted(req: Any) -> bool:
     """Whether upstream ended `req`: finished, or marked to finish (an abort the next result pass would report)."""
     return bool(req.finished() or req.to_finish is not None)
+
+
+def _batch_of(entry: _Request) -> Any:
+    """The batch a request sits in within the running batch: its own, or, finished and not yet filtered, the one
+    it finished in."""
+    return entry.batch if entry.status is not ReqStatus.FINISHED else entry.unfiltered

@@ -16,6 +16,7 @@ from tests.retraction_scenarios import (
     alone,
     crowded,
     decode_round,
+    finished_then_round,
     follows_the_keep_order,
     pause_with_two_mid_prefill_is_refused,
     paused_mid_prefill,
@@ -142,3 +143,7 @@ def test_a_pause_that_leaves_the_chunked_request_holding_its_row_is_a_finding() 
     lock.target.pause_retract = lambda: lock.target.retract(0)  # type: ignore[method-assign]
     failure = lock.step("pause_retract", {})
     assert failure is not None and failure.kind in ("mismatch", "invariant"), failure
+
+
+def test_a_round_after_a_finish_decodes_only_the_requests_still_running() -> None:
+    assert finished_then_round("reference").step("drain", {}) is None

@@ -23,11 +23,13 @@ from tests.retraction_scenarios import (
     aborts_the_last_that_cannot_fit,
     crowded,
     decode_round,
+    finished_then_round,
     follows_the_keep_order,
     lockstep,
     pause_with_two_mid_prefill_is_refused,
     paused_mid_prefill,
     retraction,
+    roomy,
     round_aborts_the_last_that_cannot_fit,
     round_in_an_open_group_retracts_all_but_one,
     round_that_does_not_fit_retracts_then_decodes,
@@ -117,3 +119,28 @@ def test_a_pause_that_forgets_the_chunked_request_upstream_is_a_finding(monkeypa
         assert lock.step("admit", {"req": rid, "prompt": prompt, "n": n, "family": rid}) is None
     failure = lock.step("pause_retract", {})
     assert failure is not None and failure.kind in ("mismatch", "invariant"), failure
+
+
+def test_upstream_round_filters_the_request_that_finished_since_the_last_round() -> None:
+    assert finished_then_round("sglang").step(DRAIN, DRAINED) is None
+
+
+def test_a_round_without_its_filter_upstream_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`filter_batch` made to keep everything when the decode round calls it (for the test only): the request that
+    finished last round, still in the running batch, is decoded again, which upstream's own asserts or the
+    model's finished request show."""
+    import sys
+
+    from sglang.srt.managers.schedule_batch import ScheduleBatch
+
+    real = ScheduleBatch.filter_batch
+
+    def filter_batch(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if sys._getframe(1).f_code.co_name != "update_running_batch":
+            real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ScheduleBatch, "filter_batch", filter_batch)
+    lock = roomy("sglang")
+    assert lock.step("decode_finish", {"req": 0, "by": 0}) is None
+    failure, _ = decode_round(lock)
+    assert failure is not None, "a round that decodes a finished request passed"
