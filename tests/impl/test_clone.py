@@ -38,6 +38,7 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "flush": pool.flush,
         "retract_decode": pool.retract_decode,
         "decode_round": pool.decode_round,
+        "pause_retract": pool.pause_retract,
         "group_begin": pool.group_begin,
         "group_end": pool.group_end,
         "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),
