@@ -15,7 +15,7 @@ from typing import Any
 from fuzz.drain import DRAIN, drain
 from fuzz.retraction import OriginLedger, retracted_choice
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
-from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, PoolSnapshot, Refused, Target
+from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, Cause, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
 from model.decode_round import DECODE_ROUND
@@ -158,8 +158,8 @@ class Lockstep:
             result = _CALLS[op](self.target, args)
         except Refused as exc:
             self.steps.append(Step(op, args))
-            self.corners = refusal_corners(op, legal, str(exc), args)
-            return self._refused(index, op, args, legal, str(exc), before)
+            self.corners = refusal_corners(op, legal, exc.cause, args)
+            return self._refused(index, op, args, legal, exc, before)
         except Exception as exc:  # neither done nor refused: the pool crashed, which is a finding, not an abort
             self.steps.append(Step(op, args))
             self.corners = [f"{op}: crashed"]
@@ -334,9 +334,9 @@ class Lockstep:
         return rids
 
     def _refused(
-        self, index: int, op: str, args: dict[str, int], legal: bool, reason: str, before: PoolSnapshot
+        self, index: int, op: str, args: dict[str, int], legal: bool, refusal: Refused, before: PoolSnapshot
     ) -> Failure | None:
-        self.snap = self.target.snapshot()
+        self.snap, reason = self.target.snapshot(), str(refusal)
         if legal:
             return Failure(index, "refused-legal", op, f"the pool refused {_call(op, args)}: {reason}")
         changes = self._observation(before).differences(self._observation(self.snap))
@@ -347,7 +347,7 @@ class Lockstep:
                 op,
                 f"{_call(op, args)} was refused ({reason}) but changed " + "; ".join(changes),
             )
-        if op in SCHEDULER_FILTERED and reason.startswith("contract assert"):
+        if op in SCHEDULER_FILTERED and refusal.cause is Cause.CONTRACT_ASSERT:
             return Failure(
                 index,
                 "assert-tripped",
@@ -455,18 +455,18 @@ def _differences(a: dict[str, Any] | str, b: dict[str, Any] | str) -> list[str]:
     return [f"{key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
 
 
-def refusal_corners(op: str, legal: bool, reason: str, args: dict[str, int] | None = None) -> list[str]:
-    """Which corners a refused call reached: a refused forbidden call, exhaustion of rows or slots at the
-    scheduler's budget, or an allocation path's own out-of-memory refusal (with the batch's entry ops)."""
+def refusal_corners(op: str, legal: bool, cause: Cause, args: dict[str, int] | None = None) -> list[str]:
+    """Which corners a refused call reached, read from its cause: a refused forbidden call, exhaustion of rows or
+    slots at the scheduler's budget, or an allocation path's own out-of-memory refusal (with the batch's entry
+    ops)."""
     corners = [f"{op}: refused" if legal else f"{op}: forbidden call refused"]
-    if "no free row" in reason:
+    if cause is Cause.NO_ROW:
         corners.append("pool: out of rows")
-    elif "slots asked" in reason:
+    elif cause is Cause.NO_SLOTS:
         corners.append("pool: out of slots")
-    elif "out of memory" in reason.lower():
-        short = "rows" if "alloc_req_slots" in reason else "slots"
+    elif cause in (Cause.ALLOC_ROWS, Cause.ALLOC_SLOTS):
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)}) if op == "batch" and args else [op]
-        corners.append(f"allocation path: out of {short} ({', '.join(ops)})")
+        corners.append(f"{cause.value} ({', '.join(ops)})")
     return corners
 
 

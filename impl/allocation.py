@@ -22,7 +22,12 @@ Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
 
 class OutOfMemory(RuntimeError):
-    """An allocation the budget should have ruled out; upstream raises RuntimeError ("out of memory") here."""
+    """An allocation the budget should have ruled out; upstream raises RuntimeError ("out of memory") here.
+    `rows`: the request rows ran out (else the slots)."""
+
+    def __init__(self, message: str, rows: bool = False) -> None:
+        super().__init__(message)
+        self.rows = rows
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,9 @@ def alloc_for_extend(pools: Pools, reqs: list[Req], seq_lens: list[int]) -> list
     pool = pools.cache.req_to_token_pool
     rows = pool.alloc(reqs)
     if rows is None:
-        raise OutOfMemory(f"alloc_req_slots runs out of memory: {len(reqs)} rows, {pool.available_size()} free")
+        raise OutOfMemory(
+            f"alloc_req_slots runs out of memory: {len(reqs)} rows, {pool.available_size()} free", rows=True
+        )
     prefixes = [req.prefix_indices for req in reqs]
     starts = [prefix.numel() for prefix in prefixes]
     last_locs = [int(prefix[-1]) if prefix.numel() else -1 for prefix in prefixes]

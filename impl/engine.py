@@ -48,6 +48,7 @@ from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import (
     OFFLOAD_FROM_ZERO,
+    Cause,
     Eviction,
     PoolConfig,
     PoolSnapshot,
@@ -161,7 +162,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             try:
                 alloc_for_decode(self.pools, [req for _, req, _ in plan.decode])
             except OutOfMemory as exc:
-                raise Refused(f"refused by the allocation path: {exc}") from exc
+                raise Refused(f"refused by the allocation path: {exc}", _oom_cause(exc)) from exc
             rows.update((rid, req.kv.req_pool_idx or 0) for rid, req, _ in plan.decode)
         for rid, req, view in plan.decode:
             req.fill_ids = [*req.fill_ids[: view.committed_len], output_token(rid, view.committed_len)]
@@ -192,7 +193,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
                 if extend.match_limit is not None and isinstance(req.last_node, TreeNode) and self.tree is not None:
                     self.tree.dec_lock_ref(req.last_node)
                 req.prefix_indices, req.last_node, req.kv.cache_protected_len = prefix, node, protected
-            raise Refused(f"refused by the allocation path: {exc}") from exc
+            raise Refused(f"refused by the allocation path: {exc}", _oom_cause(exc)) from exc
         rows.update((rid, row) for (rid, _, _), row in zip(plan.prefill, taken, strict=True))
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
@@ -547,7 +548,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         try:
             return call()
         except ContractViolation as exc:
-            raise Refused(f"contract assert: {exc}") from exc
+            raise Refused(f"contract assert: {exc}", Cause.CONTRACT_ASSERT) from exc
 
     def _release(self, req: Req, is_insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group when it runs in a result-processing pass as upstream's does."""
@@ -728,3 +729,7 @@ def _share_tensor(table: torch.Tensor, copied: torch.Tensor, tensor: torch.Tenso
     if tensor._base is table:
         return memo.setdefault(id(tensor), copied.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset()))
     return tensor
+
+
+def _oom_cause(exc: OutOfMemory) -> Cause:
+    return Cause.ALLOC_ROWS if exc.rows else Cause.ALLOC_SLOTS

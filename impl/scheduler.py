@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from impl.records import ReqStatus
-from impl.target import PoolConfig, RecordView, Refused
+from impl.target import Cause, PoolConfig, RecordView, Refused
 from properties.vocabulary import (
     BATCH_OPS,
     KIND_NAMES,
@@ -226,11 +226,11 @@ class SchedulerGlue(ABC, Generic[E]):
         in the free ones plus what the tree could evict on demand once `locking` more of its tokens are locked
         (PrefillAdder's token budget, `check_decode_mem` for a decode)."""
         if rows > self._free_row_count():
-            raise Refused("no free row")
+            raise Refused("no free row", Cause.NO_ROW)
         free = self._free_slot_count()
         evictable = self._evictable_slot_count() - locking if self.config.evict_on_demand else 0
         if slots > free + evictable:
-            raise Refused(f"{slots} slots asked for, {free} free and {evictable} evictable")
+            raise Refused(f"{slots} slots asked for, {free} free and {evictable} evictable", Cause.NO_SLOTS)
 
     def _check_profile(self, quarter: int, group_open: bool) -> int:
         """PP profiling's longest synthetic prompt (`quarter` a quarter of its chunked prefill size), refused as the

@@ -9,6 +9,7 @@ through this protocol and reads them only through `snapshot()`.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -26,8 +27,24 @@ MAX_PAGE_SIZE = 64
 _PAGE_SIZES = tuple(1 << k for k in range(MAX_PAGE_SIZE.bit_length()))
 
 
+class Cause(enum.Enum):
+    """Why a target refused a call: what verdicts and coverage corners read (a refusal's message is for people)."""
+
+    GUARD = "guard"  # the glue's own check: a status, a length, an argument, a state the scheduler never has
+    NO_ROW = "no free row"  # the scheduler's budget: no row for an admission
+    NO_SLOTS = "short of slots"  # the scheduler's budget: not enough free and evictable slots
+    ALLOC_ROWS = "allocation path: out of rows"  # an allocation path's own out-of-memory refusal, rows
+    ALLOC_SLOTS = "allocation path: out of slots"  # the same, slots
+    CONTRACT_ASSERT = "contract assert"  # the reference pool's own contract assert
+    UPSTREAM_ASSERT = "upstream assert"  # an assert in upstream's code
+
+
 class Refused(Exception):
-    """The target declined the call and changed nothing."""
+    """The target declined the call and changed nothing; `cause` says why."""
+
+    def __init__(self, message: str, cause: Cause = Cause.GUARD) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def check_finish_by(by: int) -> None:

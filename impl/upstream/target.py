@@ -28,7 +28,7 @@ import torch
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
-from impl.target import Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
+from impl.target import Cause, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
 from impl.upstream import pd, pp_profile, spec, stops
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
@@ -659,13 +659,16 @@ class SglangPool(SchedulerGlue[_Request]):
             with quiet_stdout():  # an out-of-memory refusal prints the whole tree
                 call()
         except AssertionError as exc:
-            raise Refused(f"upstream assert: {exc}") from exc
+            raise Refused(f"upstream assert: {exc}", Cause.UPSTREAM_ASSERT) from exc
         except RuntimeError as exc:
             # alloc_req_slots / alloc_token_slots fail loud when a batch does not fit (allocation.py): that is
-            # upstream's refusal; any other RuntimeError is a crash for the harness to report.
-            if "out of memory" not in str(exc).lower():
+            # upstream's refusal; any other RuntimeError is a crash for the harness to report. A RuntimeError is
+            # all upstream raises there, so its words are the only sign of which ran out.
+            said = str(exc)
+            if "out of memory" not in said.lower():
                 raise
-            raise Refused(f"upstream out of memory: {str(exc).splitlines()[0]}") from exc
+            cause = Cause.ALLOC_ROWS if "alloc_req_slots" in said else Cause.ALLOC_SLOTS
+            raise Refused(f"upstream out of memory: {said.splitlines()[0]}", cause) from exc
 
     def _release(self, req: Any, insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group where it runs in a result-processing pass, as the scheduler (in

@@ -22,7 +22,7 @@ from fuzz.components.search import target_key
 from fuzz.lockstep import Lockstep
 from fuzz.replay import load_trace, replay
 from impl.engine import ReferencePool
-from impl.target import PoolConfig, PoolSnapshot, Refused
+from impl.target import Cause, PoolConfig, PoolSnapshot, Refused
 from impl.upstream.target import SglangPool
 from properties.abstraction import observe
 
@@ -42,8 +42,9 @@ def admissions(first: int, count: int, n: int, prompt: int) -> Entries:
     return [("admit", {"req": first + i, "n": n, "prompt": prompt, "family": i, "kind": 0}) for i in range(count)]
 
 
-def refused_as_the_reference(entries_before: list[Entries], entries: Entries, config: PoolConfig) -> str:
-    """Run `entries_before` on both targets, then `entries` unchecked: both refuse, neither changes; the reason."""
+def refused_as_the_reference(entries_before: list[Entries], entries: Entries, config: PoolConfig, cause: Cause) -> str:
+    """Run `entries_before` on both targets, then `entries` unchecked: both refuse for `cause`, neither changes;
+    upstream's reason."""
     pools: list[Any] = [ReferencePool(config), SglangPool(config)]
     reasons = []
     for pool in pools:
@@ -53,6 +54,7 @@ def refused_as_the_reference(entries_before: list[Entries], entries: Entries, co
         with pytest.raises(Refused) as refusal:
             pool.batch(entries, unchecked=True)
         assert plain(pool.snapshot()) == before, f"{type(pool).__name__}'s refusal changed the pool"
+        assert refusal.value.cause is cause, (type(pool).__name__, refusal.value.cause, str(refusal.value))
         reasons.append(str(refusal.value))
     assert observe(pools[0].snapshot()) == observe(pools[1].snapshot())
     return reasons[1]
@@ -60,7 +62,7 @@ def refused_as_the_reference(entries_before: list[Entries], entries: Entries, co
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_more_admissions_than_free_rows_meet_alloc_req_slots(shape: str) -> None:
-    reason = refused_as_the_reference([admissions(0, 2, 1, 2)], admissions(2, 3, 1, 2), SHAPES[shape])
+    reason = refused_as_the_reference([admissions(0, 2, 1, 2)], admissions(2, 3, 1, 2), SHAPES[shape], Cause.ALLOC_ROWS)
     assert "alloc_req_slots runs out of memory" in reason
 
 
@@ -81,7 +83,9 @@ def test_only_a_kernel_that_reads_past_the_free_list_bars_slot_shortfalls() -> N
 def test_decodes_short_of_slots_meet_the_decode_allocation(shape: str) -> None:
     config = SHAPES[shape]
     fill = admissions(0, 2, config.tokens // 2, config.tokens // 2)  # two whole prompts fill every slot
-    reason = refused_as_the_reference([fill], [("decode", {"req": 0}), ("decode", {"req": 1})], config)
+    reason = refused_as_the_reference(
+        [fill], [("decode", {"req": 0}), ("decode", {"req": 1})], config, Cause.ALLOC_SLOTS
+    )
     assert "out of memory" in reason.lower()
 
 
