@@ -183,6 +183,29 @@ def evicting(action: Action) -> Action:
     )
 
 
+def judged_action(
+    name: str,
+    params: tuple[tuple[str, str], ...],
+    enabled: Fn,
+    judge: Callable[[Sizes, State, Args], State | None],
+    choice: tuple[str, ...],
+    optional: frozenset[str] = frozenset(),
+) -> Action:
+    """A step the executable model judges whole (the decode retraction, the decode round, the pause): `judge`
+    gives the state after it, or None where the pool's choice breaks the step's rule; the choice is legal exactly
+    where `judge` answers, and the update is that answer."""
+
+    def choice_ok(o: Any, p: Sizes, s: State, a: Args) -> Any:
+        return judge(p, s, a) is not None
+
+    def update(o: Any, p: Sizes, s: State, a: Args) -> State:
+        after = judge(p, s, a)
+        assert after is not None, "update on a choice the model does not allow"
+        return after
+
+    return Action(name, params, enabled, update, choice_ok, choice=choice, optional=optional)
+
+
 # -- guards shared by several actions ---------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import Action, _releasable
+from model.actions import Action, _releasable, judged_action
 from model.interp import PY, PyOps
 from model.retract_decode import (
     MAX_RUNNING,
@@ -69,20 +69,5 @@ def decode_round_action(table: dict[str, Action]) -> Action:
             after = decode.update(PY, p, after, {"req": rid})
         return after
 
-    def choice_ok(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
-        return judged(p, s, a) is not None
-
-    def update(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> State:
-        after = judged(p, s, a)
-        assert after is not None, "update on a choice the model does not allow"
-        return after
-
-    return Action(
-        DECODE_ROUND,
-        RETRACT_DECODE_PARAMS,
-        enabled,
-        update,
-        choice_ok,
-        choice=RETRACT_DECODE_CHOICE,
-        optional=frozenset(PICKS) | {"retracted", "aborted"},
-    )
+    optional = frozenset(PICKS) | {"retracted", "aborted"}
+    return judged_action(DECODE_ROUND, RETRACT_DECODE_PARAMS, enabled, judged, RETRACT_DECODE_CHOICE, optional)

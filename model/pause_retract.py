@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import EVICT_PARAMS, Action
+from model.actions import EVICT_PARAMS, Action, judged_action
 from model.interp import PY, PyOps
 from model.retract_decode import after_evicting, running
 from model.state import Sizes, State
@@ -45,15 +45,7 @@ def pause_retract_action(table: dict[str, Action]) -> Action:
             s = retract.update(PY, p, s, _retraction(rid))
         return after_evicting(p, s, a["evicted"])
 
-    def choice_ok(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
-        return judged(p, s, a) is not None
-
-    def update(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> State:
-        after = judged(p, s, a)
-        assert after is not None, "update on a choice the model does not allow"
-        return after
-
-    return Action(PAUSE_RETRACT, EVICT_PARAMS, enabled, update, choice_ok, choice=("evicted",))
+    return judged_action(PAUSE_RETRACT, EVICT_PARAMS, enabled, judged, ("evicted",))
 
 
 def _retraction(rid: int) -> dict[str, Any]:

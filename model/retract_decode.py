@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import Action, _abort_update, _after_eviction, _releasable, page_floor
+from model.actions import Action, _abort_update, _after_eviction, _releasable, judged_action, page_floor
 from model.interp import PY, PyOps
 from model.state import Sizes, State
 from properties.vocabulary import STATUS_DECODE
@@ -71,23 +71,11 @@ def retract_decode_action(table: dict[str, Action]) -> Action:
         fits = 1 <= len(batch) <= MAX_RUNNING  # in a free group its frees wait there
         return fits and all(_releasable(o, p, s, r) for r in batch)
 
-    def choice_ok(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
-        return judge_retraction(retract, p, s, a) is not None
+    def judged(p: Sizes, s: State, a: dict[str, Any]) -> State | None:
+        return judge_retraction(retract, p, s, a)
 
-    def update(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> State:
-        after = judge_retraction(retract, p, s, a)
-        assert after is not None, "update on a choice the model does not allow"
-        return after
-
-    return Action(
-        RETRACT_DECODE,
-        RETRACT_DECODE_PARAMS,
-        enabled,
-        update,
-        choice_ok,
-        choice=RETRACT_DECODE_CHOICE,
-        optional=frozenset(PICKS) | {"retracted", "aborted"},
-    )
+    optional = frozenset(PICKS) | {"retracted", "aborted"}
+    return judged_action(RETRACT_DECODE, RETRACT_DECODE_PARAMS, enabled, judged, RETRACT_DECODE_CHOICE, optional)
 
 
 def judge_retraction(retract: Action, p: Sizes, s: State, a: dict[str, Any]) -> State | None:

@@ -88,10 +88,12 @@ def follows_the_keep_order(target: str) -> None:
     assert choice == {"r0": 1, "retracted": 1, "aborted": 0}
 
 
-def aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
-    """The request alone on a full pool is aborted, not kept; the lockstep after it."""
+def aborts_the_last_that_cannot_fit(target: str, cache: str, op: str = "retract_decode") -> Lockstep:
+    """The request alone on a full pool is aborted, not kept, by the decode retraction `op` (or the decode round,
+    which then decodes nothing); the lockstep after it."""
     lock = alone(target, cache)
-    failure, choice = retraction(lock)
+    failure = lock.step(op, {})
+    choice = lock.steps[-1].choice
     assert failure is None, failure
     assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
     assert lock.model.state.rec_status.get(0) == STATUS_DONE
@@ -152,12 +154,7 @@ def round_in_an_open_group_retracts_all_but_one(target: str) -> Lockstep:
 
 def round_aborts_the_last_that_cannot_fit(target: str, cache: str) -> Lockstep:
     """The request alone on a full pool is aborted by the round, which then decodes nothing."""
-    lock = alone(target, cache)
-    failure, choice = decode_round(lock)
-    assert failure is None, failure
-    assert (choice["r0"], choice["retracted"], choice["aborted"]) == (0, 0, 1)
-    assert lock.model.state.rec_status.get(0) == STATUS_DONE
-    return lock
+    return aborts_the_last_that_cannot_fit(target, cache, "decode_round")
 
 
 # -- the retract-mode pause (`pause_retract`: `pause_generation(mode="retract")`, then `continue_generation`) --------
