@@ -15,6 +15,7 @@ from typing import Any
 from fuzz.drain import DRAIN, drain
 from fuzz.retraction import OriginLedger, retracted_choice
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
+from impl.fault_points import Shot, plan_of
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, Cause, PoolSnapshot, Refused, Target
 from model.actions import MANUAL_PRECONDITIONS, manual_release_preconditions
 from model.concrete import Model
@@ -154,21 +155,24 @@ class Lockstep:
         args = {**inputs, **self._observed(op, inputs)}
         legal = self.model.enabled(op, args)
         self.target.take_evictions()  # none is pending between steps; this makes sure
-        try:
-            result = _CALLS[op](self.target, args)
-        except Refused as exc:
-            self.steps.append(Step(op, args))
-            self.corners = refusal_corners(op, legal, exc.cause, args)
-            return self._refused(index, op, args, legal, exc, before)
-        except Exception as exc:  # neither done nor refused: the pool crashed, which is a finding, not an abort
-            self.steps.append(Step(op, args))
-            self.corners = [f"{op}: crashed"]
-            return Failure(index, "crash", op, f"{_call(op, args)} raised {type(exc).__name__}: {exc}")
+        with self.target.fault_points.armed(plan_of(args)) as shot:
+            try:
+                result = _CALLS[op](self.target, args)
+            except Refused as exc:
+                self.steps.append(Step(op, args))
+                self.corners = refusal_corners(op, legal, exc.cause, args) + fault_corners(shot, "refused")
+                if shot is not None and shot.fired and legal:
+                    return self._failed_inside(index, op, args, exc, before, shot.plan.point)
+                return self._refused(index, op, args, legal, exc, before)
+            except Exception as exc:  # neither done nor refused: the pool crashed, a finding, not an abort
+                self.steps.append(Step(op, args))
+                self.corners = [f"{op}: crashed", *fault_corners(shot, "crashed")]
+                return Failure(index, "crash", op, f"{_call(op, args)} raised {type(exc).__name__}: {exc}")
         self.snap = self.target.snapshot()
         evictions = [(e.asked, e.evicted) for e in self.target.take_evictions()]
         choice = self._choices(op, args, result, before, self.snap, evictions)
         self.steps.append(Step(op, args, choice))
-        self.corners = step_corners(op, args, choice, before, self.snap)
+        self.corners = step_corners(op, args, choice, before, self.snap) + fault_corners(shot, "absorbed")
         if not legal:
             return self._accepted_forbidden(index, op, args)
         if op == "evict":
@@ -358,6 +362,24 @@ class Lockstep:
             )
         return None
 
+    def _failed_inside(
+        self, index: int, op: str, args: dict[str, int], refusal: Refused, before: PoolSnapshot, point: str
+    ) -> Failure | None:
+        """A legal step that failed because its planned fault fired: the caller learnt of it (the refusal), and
+        the contract of a failure is that it left every record, row, slot, lock and counter as before."""
+        self.snap = self.target.snapshot()
+        self.model.adopt_generations(self._observation(self.snap).generations)
+        changes = self.model.observe().differences(self._observation(self.snap))
+        if not changes:
+            return None
+        parts = "+".join(changed_parts(before, self.snap)) or "records"
+        return Failure(
+            index,
+            "fault-not-rolled-back",
+            f"{point}: {parts}",
+            f"{_call(op, args)} failed at fault point {point} ({refusal}) and did not roll back: " + "; ".join(changes),
+        )
+
     def _accepted_forbidden(self, index: int, op: str, args: dict[str, int]) -> Failure:
         # What the forbidden call did to the pool, in the invariants' words, so the failure shows its damage.
         damage = "; ".join(f"{i}: {m}" for i, m in check_snapshot(self.snap))
@@ -453,6 +475,25 @@ def _differences(a: dict[str, Any] | str, b: dict[str, Any] | str) -> list[str]:
     if isinstance(a, str) or isinstance(b, str):
         return [] if a == b else [f"{a!r} vs {b!r}"]
     return [f"{key}: {a[key]} vs {b[key]}" for key in a if a[key] != b[key]]
+
+
+def fault_corners(shot: Shot | None, outcome: str) -> list[str]:
+    """The corner of a step whose fault plan fired: the point and what the step then did (refused, crashed, or
+    absorbed it and went on)."""
+    return [f"fault {shot.plan.point}: {outcome}"] if shot is not None and shot.fired else []
+
+
+def changed_parts(before: PoolSnapshot, after: PoolSnapshot) -> list[str]:
+    """Which parts of the pool differ between two snapshots, in a failure id's words."""
+    parts = {
+        "rows": sorted(before.free_rows) != sorted(after.free_rows),
+        "slots": before.free_slots.numel() != after.free_slots.numel(),
+        "records": before.records != after.records,
+        "tree": (before.evictable_size, before.protected_size) != (after.evictable_size, after.protected_size)
+        or before.tree_slots.numel() != after.tree_slots.numel(),
+        "generations": before.row_generation != after.row_generation,
+    }
+    return [name for name, changed in parts.items() if changed]
 
 
 def refusal_corners(op: str, legal: bool, cause: Cause, args: dict[str, int] | None = None) -> list[str]:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from fuzz.drain import DRAIN, drain_args, drains
+from fuzz.fault_plans import HARNESS_STEPS, barred, installed_points, plan_args, planned
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.targets import target_ops
 from fuzz.unchecked import unchecked
@@ -30,11 +31,13 @@ from model.actions import manual_release_preconditions
 from model.interp import PY
 from model.trace import Failure
 from properties.vocabulary import (
+    FAULT_POINTS,
     FINISH_BY,
     KIND_EXCLUSIONS,
     KIND_NORMAL,
     KIND_SKIP_INSERT,
     MAX_BATCH,
+    MAX_FAULT_CALL,
     STATUS_DECODE,
     STATUS_DONE,
     STATUS_PREFILL,
@@ -154,6 +157,10 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
     releases = [path for path in ("finish", "pp_release", "retract", "abort") if path in ops]
     negatives = [op for op in ("release_again", "free_row") if op in ops]
 
+    # The fault points a plan may name: those of the target's pools, where the config asks for plans at all.
+    installed = installed_points(recorder.config) if recorder.config.get("fault_rate", 0) > 0 else set()
+    planned_points = [p for p in FAULT_POINTS if p in installed]
+
     def in_swarm(rule_name: str) -> bool:
         return rules is None or rule_name in rules
 
@@ -170,12 +177,16 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
             self.most_rows_held = 0
             self.most_slots_held = 0
             self.profiled = False
+            self.plan: dict[str, int] | None = None  # the fault plan `arm_fault` set for the next step
             self._status_key = -1
             self._status_of: dict[int, Any] = {}
             recorder.last = self.lock
             recorder.cases += 1
 
         def _do(self, op: str, args: dict[str, int]) -> None:
+            plan = self.plan
+            if plan is not None and op not in HARNESS_STEPS and not barred(planned(plan), op, recorder.exclude):
+                args, self.plan = {**args, **plan}, None
             recorder.total_steps += 1
             recorder.ops[op] = recorder.ops.get(op, 0) + 1
             failure = self.lock.step(op, args)
@@ -434,6 +445,13 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         def preempt_finished(self, i: int) -> None:
             # Priority preemption walks the running batch, which still lists requests that finished this round.
             self._do("retract", {"req": self._pick(i, RELEASED)})
+
+        # A fault plan for the next step (`fuzz.fault_plans`): only where the config asks for plans, so Hypothesis
+        # chooses where in a run a call fails, and shrinks a plan away like any other step.
+        @precondition(lambda self: bool(planned_points) and self.plan is None)
+        @rule(point=st.sampled_from(planned_points or ["row_alloc"]), call=st.integers(1, MAX_FAULT_CALL))
+        def arm_fault(self, point: str, call: int) -> None:
+            self.plan = plan_args(point, call)
 
         @precondition(lambda self: in_swarm("release_released") and bool(negatives) and self.has_released())
         @rule(i=PICK, op=st.sampled_from(negatives or ["release_again"]))

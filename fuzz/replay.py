@@ -50,9 +50,10 @@ def prepare(trace: Trace, faults: list[str] | None, target: str | None = None) -
     return Trace(config, trace.seed, trace.steps, trace.failure, trace.meta)
 
 
-# What the lockstep passes to the pool; any other config key must hold PoolConfig's default, or the replay
-# would silently run a different pool than the file describes.
-_PASSED = frozenset(POOL_KEYS) | {"target", "faults"}
+# What the lockstep passes to the pool, and the harness's own keys (`fault_rate` says how often the run drew fault
+# plans; the plans themselves are in the steps); any other config key must hold PoolConfig's default, or the
+# replay would silently run a different pool than the file describes.
+_PASSED = frozenset(POOL_KEYS) | {"target", "faults", "fault_rate"}
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(PoolConfig)}
 
 

@@ -8,6 +8,8 @@ back empty means a wrong budget and fails loudly, as upstream's "out of memory" 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +19,7 @@ from impl.field_copy import FieldCopy
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
 from impl.prefix_cache import PrefixCache
 from impl.records import Req
+from impl.req_pool import ReqToTokenPool
 
 Allocator = TokenToKVPoolAllocator | PagedTokenToKVPoolAllocator
 
@@ -55,6 +58,7 @@ def alloc_for_extend(pools: Pools, reqs: list[Req], seq_lens: list[int]) -> list
     The rows come first, as upstream: the reuse assert refuses a stale record before any slot moves.
     """
     pool = pools.cache.req_to_token_pool
+    fresh = [req for req in reqs if not req.kv.holds_kv]
     rows = pool.alloc(reqs)
     if rows is None:
         raise OutOfMemory(
@@ -63,7 +67,8 @@ def alloc_for_extend(pools: Pools, reqs: list[Req], seq_lens: list[int]) -> list
     prefixes = [req.prefix_indices for req in reqs]
     starts = [prefix.numel() for prefix in prefixes]
     last_locs = [int(prefix[-1]) if prefix.numel() else -1 for prefix in prefixes]
-    out = _alloc_slots(pools, starts, seq_lens, last_locs)
+    with _rows_back_on_failure(pool, fresh):
+        out = _alloc_slots(pools, starts, seq_lens, last_locs)
     offset = 0
     for req, row, prefix, start, seq_len in zip(reqs, rows, prefixes, starts, seq_lens, strict=True):
         pool.write(row, 0, prefix)
@@ -106,11 +111,32 @@ def alloc_for_decode_prealloc(pools: Pools, req: Req, fill_len: int) -> int:
     """PD decode `_pre_alloc` without a prefix hit: a row and slots for `[0, fill_len)` the transfer fills."""
     pool = pools.cache.req_to_token_pool
     rows = pool.alloc([req])
-    assert rows is not None, "a free row was checked for before the row allocation"
+    if rows is None:
+        raise OutOfMemory(f"the pre-allocation found no free row ({pool.available_size()} free)", rows=True)
+    lengths = req.kv.kv_committed_len, req.kv.kv_allocated_len
     req.kv.kv_committed_len = fill_len
     req.kv.kv_allocated_len = fill_len  # set before the allocator call, as upstream
-    pool.write(rows[0], 0, _alloc_slots(pools, [0], [fill_len], [-1]))
+    with _rows_back_on_failure(pool, [req], [lengths]):
+        pool.write(rows[0], 0, _alloc_slots(pools, [0], [fill_len], [-1]))
     return rows[0]
+
+
+@contextlib.contextmanager
+def _rows_back_on_failure(
+    pool: ReqToTokenPool, fresh: list[Req], lengths: list[tuple[int, int]] | None = None
+) -> Iterator[None]:
+    """A slot allocation that fails gives back the rows its call just took (and, given `lengths`, the records'
+    committed and allocated lengths from before the call), so a failed allocation leaves the pool as it found
+    it: the contract of a failure. Upstream's fail-loud paths keep the rows (finding `failed-alloc-keeps-rows`)."""
+    try:
+        yield
+    except OutOfMemory:
+        if not pool.faults.on("failed_alloc_keeps_rows"):
+            for k, req in enumerate(fresh):
+                pool.free(req)
+                if lengths is not None:
+                    req.kv.kv_committed_len, req.kv.kv_allocated_len = lengths[k]
+        raise
 
 
 def _alloc_slots(pools: Pools, starts: list[int], ends: list[int], last_locs: list[int]) -> torch.Tensor:

@@ -31,6 +31,7 @@ from impl.allocation import (
 from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
 from impl.decode_pool import DecodeReqToTokenPool
+from impl.fault_points import FaultPoints, install
 from impl.faults import NO_FAULTS, FaultSet
 from impl.field_copy import FieldCopy
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
@@ -117,6 +118,7 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             self.tree = RadixCache(self.req_to_token_pool, self.allocator, config.page_size, faults)
         self.cache: PrefixCache = self.tree or ChunkCache(self.req_to_token_pool, self.allocator, faults)
         self.pools = Pools(self.cache, self.allocator, config.evict_on_demand)
+        self.fault_points = install(FaultPoints(), self.req_to_token_pool, self.allocator)
         self.reqs: dict[int, Req] = {}
 
     # -- prefill ---------------------------------------------------------------------------------------------
@@ -549,6 +551,8 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             return call()
         except ContractViolation as exc:
             raise Refused(f"contract assert: {exc}", Cause.CONTRACT_ASSERT) from exc
+        except OutOfMemory as exc:  # an allocation path's fail-loud refusal (a wrong budget, or a fault point's)
+            raise Refused(f"refused by the allocation path: {exc}", _oom_cause(exc)) from exc
 
     def _release(self, req: Req, is_insert: bool, grouped: bool) -> None:
         """`release_kv_cache`, inside a free group when it runs in a result-processing pass as upstream's does."""

@@ -30,6 +30,14 @@ class Fault:
 
 _IN_SCOPE = (
     Fault(
+        name="failed_alloc_keeps_rows",
+        site="alloc_for_extend / alloc_for_decode_prealloc (after the row allocation)",
+        mechanism="a slot allocation that fails after the call took its rows raises without giving the rows "
+        "back, so the failed call leaves rows taken that no request holds",
+        origin="sglang mem_cache/allocation.py alloc_for_extend and disaggregation/decode.py _pre_alloc (rows "
+        "first, then the slots' fail-loud RuntimeError or assert; 0.5.18-0.5.23 keep the rows)",
+    ),
+    Fault(
         name="legacy_reuse_guard",
         site="ReqToTokenPool.alloc (reuse guard)",
         mechanism="the row-reuse assert reads scheduler fields (inflight_middle_chunks > 0 or "

@@ -16,6 +16,7 @@ from typing import ClassVar, Protocol
 import torch
 
 from impl.alloc_kernels import BACKENDS
+from impl.fault_points import FaultPoints
 from impl.faults import FaultSet
 from properties.vocabulary import FINISH_BY
 
@@ -37,6 +38,7 @@ class Cause(enum.Enum):
     ALLOC_SLOTS = "allocation path: out of slots"  # the same, slots
     CONTRACT_ASSERT = "contract assert"  # the reference pool's own contract assert
     UPSTREAM_ASSERT = "upstream assert"  # an assert in upstream's code
+    INJECTED = "injected failure"  # a fault point's planned failure, raised through the call (`impl.fault_points`)
 
 
 class Refused(Exception):
@@ -206,6 +208,8 @@ class Target(Protocol):
     # What the decode-offload release frees (`OFFLOAD_FROM_ZERO`, `OFFLOAD_FROM_PROTECTED`), which decides how the
     # release-path differential holds it to `release_kv_cache(is_insert=False)`; None: not compared at all.
     offload_frees: str | None
+    # The fault points on this pool's objects (`impl.fault_points`): what a step's plan arms, and the counts.
+    fault_points: FaultPoints
 
     def __init__(self, config: PoolConfig, faults: FaultSet = ...) -> None: ...
 

@@ -54,6 +54,15 @@ class Model:
         """Apply an enabled action whose choice (if any) is already in `args`."""
         self.state = self.action(op).update(PY, self.sizes, self.state, _defaults(args))
 
+    def adopt_generations(self, generations: tuple[int, ...]) -> None:
+        """Take the pool's row generations (rows 1.. in order) where they grew past the model's: a failed call
+        that took a row and gave it back has counted a tenure no request had (`fuzz.lockstep`)."""
+        gens = self.state.row_gen
+        for row, gen in enumerate(generations, start=1):
+            if gen > gens.get(row):
+                gens = gens.set(row, gen)
+        self.state = self.state.but(row_gen=gens)
+
     def known_requests(self) -> list[int]:
         return sorted(r for r in self.state.rec_status if self.state.rec_status.get(r) != STATUS_NEW)
 

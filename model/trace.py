@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from properties.vocabulary import FAULT_POINTS, MAX_FAULT_CALL
+
 if TYPE_CHECKING:
     from model.actions import Action
 
@@ -119,6 +121,8 @@ CONFIG_SCHEMA: dict[str, Rule] = {
     "pre_alloc_size": integer(0, 1 << 20),
     "evict_on_demand": FLAG,
     "tree_core": one_of("rust", "python"),
+    # The percentage of drawn steps that carry a fault plan (`fuzz.fault_plans`); absent or 0: none.
+    "fault_rate": integer(0, 100),
 }
 # The values a step may give each argument sort of the action table (`Action.params`).
 SORTS: dict[str, Rule] = {"req": integer(0, MAX_VALUE), "row": integer(0, MAX_VALUE), "len": integer(0, MAX_VALUE)}
@@ -135,9 +139,14 @@ class StepShape:
     optional: frozenset[str] = frozenset()  # arguments a step may leave out (`model.actions.OPTIONAL_ARGS`)
 
 
+# A contract step's fault plan (`impl.fault_points`): the point (1 + its index in FAULT_POINTS; 0: none) and which
+# of the step's calls to it fails. Both may be left out: no plan.
+FAULT_ARGS = {"fault": integer(0, len(FAULT_POINTS)), "fault_call": integer(1, MAX_FAULT_CALL)}
+
+
 def _shape(action: Action, optional: frozenset[str]) -> StepShape:
-    args = {name: SORTS[sort] for name, sort in action.params if name not in action.choice}
-    return StepShape(args, dict.fromkeys(action.choice, CHOICE), optional & set(args))
+    args = {name: SORTS[sort] for name, sort in action.params if name not in action.choice} | FAULT_ARGS
+    return StepShape(args, dict.fromkeys(action.choice, CHOICE), (optional & set(args)) | set(FAULT_ARGS))
 
 
 # A drain flushes the cache at its end unless `flush` is 0 (a run that excludes flush: `fuzz.drain.drain_args`).

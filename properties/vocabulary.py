@@ -139,3 +139,9 @@ def ceil_align_in(o: Any, p: Any, x: Term) -> Term:
 def page_floor_in(o: Any, p: Any, x: Term) -> Term:
     """`page_floor(x)` at the page size of sizes `p`, called as the model's actions call it."""
     return page_floor(x, p.page_size)
+
+
+# The fault points (`impl.fault_points`): calls inside a step that a step's `fault` argument makes fail, where the
+# real allocator fails. A step's `fault` is 1 + an index here (0: none); `fault_call` which call to it fails.
+FAULT_POINTS = ("row_alloc", "kv_alloc", "aux_alloc")
+MAX_FAULT_CALL = 4

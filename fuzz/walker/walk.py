@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fuzz.drain import DRAIN, drain_args, drains
+from fuzz.fault_plans import Planner, PointCounts
 from fuzz.lockstep import Lockstep
 from fuzz.targets import target_ops
 from fuzz.walker.coverage import Coverage, outcome, shape
@@ -49,6 +50,7 @@ class WalkResult:
     coverage: Coverage = field(default_factory=Coverage)
     samples: list[Sample] = field(default_factory=list)
     ops: dict[str, int] = field(default_factory=dict)
+    points: PointCounts = field(default_factory=lambda: PointCounts())
 
 
 def drawable_ops(config: dict[str, Any], exclude: frozenset[str] = frozenset()) -> frozenset[str]:
@@ -78,6 +80,8 @@ class Walker:
         self.drawer = Drawer(self.rng, self.lock.model.sizes, actions, ops, self.swarm, drawn_kinds(exclude))
         self.drains = drains(ops, exclude)  # every walk ends with a drain (`fuzz.drain`)
         self.drain_args = drain_args(exclude)
+        installed = self.lock.target.fault_points.installed
+        self.planner = Planner(self.rng, config.get("fault_rate", 0), installed, exclude)
 
     def run(
         self,
@@ -108,6 +112,7 @@ class Walker:
                         break
             if result.failure is None and self.drains:
                 self._drain(result)
+            result.points.add(self.lock.target.fault_points)
             out_of_time = budget_s is not None and time.perf_counter() - start >= budget_s
             if result.failure is not None or out_of_time or result.steps == taken:  # a walk that drew nothing
                 break
@@ -124,6 +129,7 @@ class Walker:
         if drawn is None:
             return None, True
         op, args = drawn
+        args = {**args, **self.planner.draw(op)}
         result.steps += 1
         return self._take(result, before, op, args), False
 

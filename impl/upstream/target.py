@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from impl.fault_points import FaultPlan, FaultPoints, InjectedFailure, install
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
@@ -111,7 +112,8 @@ def _logged(method: Callable[..., Any]) -> Callable[..., Any]:
 
     def call(self: SglangPool, *args: Any, **kwargs: Any) -> Any:
         if self._depth == 0:
-            self._calls.append((method.__name__, args, kwargs))
+            shot = self.fault_points.shot
+            self._calls.append((method.__name__, args, kwargs, shot.plan if shot else None))
         self._depth += 1
         try:
             with spec.overrides(self.config):  # a speculative pool's every call sees the EAGLE config
@@ -182,8 +184,10 @@ class SglangPool(SchedulerGlue[_Request]):
         self.cache = self.dialect.new_cache(self.req_to_token_pool, self.allocator, config)
         self.evictions = self.dialect.watch_evictions(self.cache, self.allocator, config.evict_on_demand)
         self.host = SchedulerHost(self.dialect, self.req_to_token_pool, self.allocator, self.cache)
+        self.fault_points = install(FaultPoints(), self.req_to_token_pool, self.allocator)
         self.reqs: dict[int, _Request] = {}
-        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        # Each outermost call, with the fault plan armed for it, for `clone` to replay.
+        self._calls: list[tuple[str, tuple[Any, ...], dict[str, Any], FaultPlan | None]] = []
         self._depth = 0
 
     # -- prefill ---------------------------------------------------------------------------------------------
@@ -523,8 +527,8 @@ class SglangPool(SchedulerGlue[_Request]):
         """A fresh pool that has taken the same calls (sglang's objects cannot be deep-copied; the pool is
         deterministic, so a replay reaches the same state)."""
         clone = SglangPool(self.config)
-        for name, args, kwargs in self._calls:
-            with contextlib.suppress(Refused):  # refused again, as it was
+        for name, args, kwargs, plan in self._calls:
+            with contextlib.suppress(Refused), clone.fault_points.armed(plan):  # refused again, as it was
                 getattr(clone, name)(*args, **kwargs)
         clone.take_evictions()
         return clone
@@ -660,6 +664,8 @@ class SglangPool(SchedulerGlue[_Request]):
                 call()
         except AssertionError as exc:
             raise Refused(f"upstream assert: {exc}", Cause.UPSTREAM_ASSERT) from exc
+        except InjectedFailure as exc:  # a raising fault point's failure, through upstream's handlers
+            raise Refused(f"upstream raised {exc}", Cause.INJECTED) from exc
         except RuntimeError as exc:
             # alloc_req_slots / alloc_token_slots fail loud when a batch does not fit (allocation.py): that is
             # upstream's refusal; any other RuntimeError is a crash for the harness to report. A RuntimeError is

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from impl.engine import ReferencePool
+from impl.fault_points import FaultPlan
 from impl.faults import FAULTS, NO_FAULTS, PATTERNS, FaultSet, UnknownFault
 from impl.target import PoolConfig, Refused
 
@@ -52,8 +53,9 @@ def test_every_registered_fault_names_its_site_and_origin() -> None:
 
 
 def test_every_historical_pattern_is_registered_in_or_out_of_scope() -> None:
-    # Section 8's thirty patterns, PR #37167's three and 0.5.18's generation reset; none is dropped silently.
-    assert len(PATTERNS) == 34
+    # Section 8's thirty patterns, PR #37167's three, 0.5.18's generation reset and the failed allocation's kept
+    # rows; none is dropped silently.
+    assert len(PATTERNS) == 35
     assert set(FAULTS) == {name for name, f in PATTERNS.items() if f.in_scope}
     for fault in PATTERNS.values():
         assert bool(fault.out_of_scope) != fault.in_scope, fault.name
@@ -380,3 +382,15 @@ def test_lock_walk_off_by_one_leaves_the_handle_node_unlocked() -> None:
     assert faulty.evict(4) == 4  # evicted while the request reads it
     with pytest.raises(Refused):
         faulty.finish(0)
+
+
+# -- failures from inside a call ---------------------------------------------------------------------------------
+
+
+def test_failed_alloc_keeps_rows_leaves_the_row_a_failed_extend_took() -> None:
+    clean, faulty = _pools(CHUNK, "failed_alloc_keeps_rows")
+    for pool in (clean, faulty):
+        with pool.fault_points.armed(FaultPlan("kv_alloc")), pytest.raises(Refused):
+            pool.admit(0, 4, prompt_len=4)
+    assert clean.req_to_token_pool.available_size() == 4  # the row went back
+    assert faulty.req_to_token_pool.available_size() == 3  # kept by a call that failed

@@ -19,6 +19,7 @@ from model.actions import CONTRACT, actions_for
 from model.batch import batch_action
 from model.trace import (
     CONFIG_SCHEMA,
+    FAULT_ARGS,
     PAGE_BYTES,
     POOL_BYTES_LIMIT,
     REPLAY_WORK_LIMIT,
@@ -170,7 +171,8 @@ def test_an_unknown_config_key_is_refused_by_name() -> None:
 
 def test_the_config_schema_is_poolconfigs_fields_with_the_target_and_faults() -> None:
     fields = {f.name for f in dataclasses.fields(PoolConfig)}
-    assert set(CONFIG_SCHEMA) == fields | {"target", "faults"}, "a new PoolConfig field needs a CONFIG_SCHEMA rule"
+    harness = {"target", "faults", "fault_rate"}
+    assert set(CONFIG_SCHEMA) == fields | harness, "a new PoolConfig field needs a CONFIG_SCHEMA rule"
     assert set(POOL_KEYS) <= set(CONFIG_SCHEMA)
 
 
@@ -180,7 +182,7 @@ def test_the_step_schema_is_the_action_table() -> None:
     assert set(step_schema()) == {a.name for a in CONTRACT} | executable | {"differential", "drain"}
     for action in (*CONTRACT, batch):
         params = {name for name, _ in action.params}
-        assert set(step_schema()[action.name].args) == params - set(action.choice)
+        assert set(step_schema()[action.name].args) == params - set(action.choice) | set(FAULT_ARGS)
         assert set(step_schema()[action.name].choice) == set(action.choice)
 
 
@@ -188,7 +190,7 @@ def test_a_key_the_lockstep_does_not_pass_to_the_pool_is_refused_at_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As a build whose lockstep does not pass `row_pool` would refuse it (today every config key is passed)."""
-    assert set(CONFIG_SCHEMA) - {"target", "faults"} <= set(POOL_KEYS)
+    assert set(CONFIG_SCHEMA) - {"target", "faults", "fault_rate"} <= set(POOL_KEYS)
     path = tmp_path / "t.json"
     unpassed = "row_pool"
     monkeypatch.setattr(fuzz.replay, "_PASSED", fuzz.replay._PASSED - {unpassed})

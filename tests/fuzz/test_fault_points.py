@@ -1,0 +1,110 @@
+"""Fault points (`impl.fault_points`, `fuzz.fault_plans`): a planned failure inside a step, the contract of a
+failure (the caller learns of it, and the pool is left as it was), and the plan carried by a trace and replayed."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from fuzz.fault_plans import Planner, PointCounts, barred, exclusion_names, plan_args
+from fuzz.lockstep import Lockstep
+from fuzz.profiles import POOLS
+from fuzz.replay import replay
+from fuzz.walker.walk import Walker
+from impl.fault_points import FaultPlan, FaultPoints, plan_of
+from model.trace import Step, Trace, TraceError, dump, load, parse
+
+ADMIT = {"req": 0, "prompt": 4, "n": 4, "family": 0, "kind": 0}
+
+
+def _lock(pool: str = "chunk-p1", faults: tuple[str, ...] = ()) -> Lockstep:
+    return Lockstep({**POOLS[pool], "faults": list(faults)})
+
+
+def test_an_armed_point_fails_only_the_planned_call() -> None:
+    points = FaultPoints()
+    with points.armed(FaultPlan("kv_alloc", call=2)) as shot:
+        assert shot is not None
+        assert [points.fails("kv_alloc") for _ in range(3)] == [False, True, False]
+        assert not points.fails("row_alloc")
+    assert shot.fired and points.fired["kv_alloc"] == 1
+    assert points.reached == {"kv_alloc": 3, "row_alloc": 1}
+    assert not points.fails("kv_alloc")  # disarmed: straight through
+
+
+@pytest.mark.parametrize("point", ["row_alloc", "kv_alloc"])
+@pytest.mark.parametrize("pool", ["chunk-p1", "radix-p4", "pd-p4"])
+def test_a_failed_allocation_is_refused_and_rolled_back(point: str, pool: str) -> None:
+    lock = _lock(pool)
+    assert lock.step("admit", {**ADMIT, **plan_args(point)}) is None
+    assert f"fault {point}: refused" in lock.corners
+    assert lock.model.observe().differences(lock._observation(lock.snap)) == []
+    assert lock.step("admit", ADMIT) is None  # the pool goes on as if the call had never run
+
+
+def test_a_missing_rollback_is_a_finding_named_by_point_and_part() -> None:
+    lock = _lock(faults=("failed_alloc_keeps_rows",))
+    failure = lock.step("admit", {**ADMIT, **plan_args("kv_alloc")})
+    assert failure is not None
+    assert (failure.kind, failure.id) == ("fault-not-rolled-back", "kv_alloc: rows+generations")
+
+
+def test_a_plan_that_never_fires_leaves_the_step_as_it_was() -> None:
+    lock = _lock()
+    assert lock.step("admit", {**ADMIT, **plan_args("kv_alloc", call=4)}) is None  # one allocation only
+    assert not any(c.startswith("fault") for c in lock.corners)
+    assert lock.snap.records[0].allocated_len == 4
+
+
+def test_the_plan_travels_in_the_trace_and_replays(tmp_path: Path) -> None:
+    config = {**POOLS["chunk-p1"], "faults": ["failed_alloc_keeps_rows"], "fault_rate": 5}
+    steps = [Step("admit", {**ADMIT, **plan_args("kv_alloc")})]
+    dump(Trace(config, None, steps), tmp_path / "t.json")
+    trace = load(tmp_path / "t.json")
+    assert trace.steps[0].args["fault"] == 2 and trace.config["fault_rate"] == 5
+    result = replay(trace)
+    assert result.failure is not None and result.failure.kind == "fault-not-rolled-back"
+    clean = replay(Trace({**config, "faults": []}, None, trace.steps))
+    assert clean.failure is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("fault", 4), ("fault", -1), ("fault_call", 0), ("fault_call", 5)])
+def test_a_plan_out_of_range_is_refused_naming_the_field(key: str, value: int) -> None:
+    doc = {"format": "kvlife-trace", "version": 1, "config": {**POOLS["chunk-p1"], "target": "reference"}}
+    doc["steps"] = [{"op": "admit", "args": {**ADMIT, key: value}}]
+    with pytest.raises(TraceError, match=key):
+        parse(json.dumps(doc).encode())
+
+
+def test_the_planner_draws_nothing_at_rate_zero() -> None:
+    rng = random.Random(3)
+    state = rng.getstate()
+    assert Planner(rng, 0, {"kv_alloc"}, ()).draw("admit") == {}
+    assert rng.getstate() == state  # a run without plans walks as before
+
+
+def test_an_exclusion_bars_a_point_by_stage() -> None:
+    assert {"fault:kv_alloc", "fault:kv_alloc@prefill"} <= exclusion_names()
+    assert barred("kv_alloc", "admit", {"fault:kv_alloc@prefill"})
+    assert not barred("kv_alloc", "decode", {"fault:kv_alloc@prefill"})
+    planner = Planner(random.Random(0), 100, {"kv_alloc"}, {"fault:kv_alloc@prefill"})
+    assert planner.draw("admit") == {} and plan_of(planner.draw("decode")) is not None
+
+
+def test_the_walker_reaches_and_fires_every_point_of_the_reference_pool() -> None:
+    counts = PointCounts()
+    for seed in range(3):
+        result = Walker({**POOLS["radix-p1"], "fault_rate": 10}, seed).run(steps=400)
+        assert result.failure is None
+        counts.merge(result.points)
+    assert counts.installed == {"row_alloc", "kv_alloc"}
+    assert counts.never_fired() == []
+
+
+def test_the_walker_finds_the_missing_rollback() -> None:
+    config = {**POOLS["chunk-p1"], "faults": ["failed_alloc_keeps_rows"], "fault_rate": 10}
+    failures = [Walker(config, seed).run(steps=300).failure for seed in range(3)]
+    assert any(f is not None and f.kind == "fault-not-rolled-back" for f in failures)
