@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from fuzz.fault_plans import fault_rate_key
 from fuzz.flags import folder_problem, one_torch_thread, seconds, whole
 from impl.faults import FAULTS
 from model.exits import EXIT_INVALID, internal_error
@@ -94,6 +95,13 @@ def _run_flags(r: argparse.ArgumentParser) -> None:
         choices=sorted(FAULTS),
         metavar="NAME",
         help=f"turn on a fault switch (repeatable): {', '.join(sorted(FAULTS))}",
+    )
+    r.add_argument(
+        "--fault-rate",
+        type=whole(0, 100),
+        default=0,
+        metavar="P",
+        help="give P percent of the steps a fault plan: one call inside them fails (default 0: none)",
     )
     r.add_argument(
         "--seed",
@@ -185,7 +193,7 @@ def _run(args: argparse.Namespace) -> int:
     seed = args.seed
     if seed is None and not profile.derandomize:
         seed = int.from_bytes(os.urandom(4), "little")
-    config = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
+    config = {**POOLS[args.pool], "faults": sorted(set(args.fault)), **fault_rate_key(args.fault_rate)}
     if args.target:
         config = retarget(config, args.target)
     problem = target_problem(config)

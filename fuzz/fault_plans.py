@@ -27,6 +27,11 @@ STAGES = {
 HARNESS_STEPS = frozenset({"differential", "drain"})  # the harness's own steps never carry a plan
 
 
+def fault_rate_key(rate: int) -> dict[str, int]:
+    """A config's `fault_rate` key for `rate` (none at 0, so a run without plans keeps its config as it was)."""
+    return {"fault_rate": rate} if rate else {}
+
+
 def stage_of(op: str) -> str:
     """The stage `op` belongs to (`STAGES`), else "other"."""
     return next((stage for stage, ops in STAGES.items() if op in ops), "other")
@@ -56,7 +61,7 @@ def installed_points(config: dict[str, Any]) -> set[str]:
     return set(make_target(config).fault_points.installed)
 
 
-def plan_args(point: str, call: int = 1) -> dict[str, int]:
+def plan_args(point: str, call: int = 0) -> dict[str, int]:
     """The step arguments of a plan (`impl.fault_points.plan_of` reads them back)."""
     return {"fault": FAULT_POINTS.index(point) + 1, "fault_call": call}
 
@@ -77,7 +82,7 @@ class Planner:
         points = [p for p in self.points if not barred(p, op, self.exclude)]
         if not points:
             return {}
-        call = 1 if self.rng.random() < 0.7 else self.rng.randint(2, MAX_FAULT_CALL)
+        call = 0 if self.rng.random() < 0.7 else self.rng.randint(1, MAX_FAULT_CALL)
         return plan_args(self.rng.choice(points), call)
 
 

@@ -449,7 +449,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         # A fault plan for the next step (`fuzz.fault_plans`): only where the config asks for plans, so Hypothesis
         # chooses where in a run a call fails, and shrinks a plan away like any other step.
         @precondition(lambda self: bool(planned_points) and self.plan is None)
-        @rule(point=st.sampled_from(planned_points or ["row_alloc"]), call=st.integers(1, MAX_FAULT_CALL))
+        @rule(point=st.sampled_from(planned_points or ["row_alloc"]), call=st.integers(0, MAX_FAULT_CALL))
         def arm_fault(self, point: str, call: int) -> None:
             self.plan = plan_args(point, call)
 

@@ -151,6 +151,8 @@ def run_attempt(fault: str | None, pool: str, budget_s: float, out: Path, target
         stale.unlink()
     argv = ["run", "--profile", PROFILE, "--pool", pool, "--out", str(ce_dir), "--target", target]
     argv += ["--fault", fault] if fault else []
+    rate = PATTERNS[fault].fault_rate if fault else 0
+    argv += ["--fault-rate", str(rate)] if rate else []
     start = time.perf_counter()
     try:
         done = subprocess.run(

@@ -36,16 +36,16 @@ class InjectedFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """Fail the `call`-th call (from 1) to `point` within one step."""
+    """Fail call number `call` (counting from 0: the first) to `point` within one step."""
 
     point: str
-    call: int = 1
+    call: int = 0
 
     def __post_init__(self) -> None:
         if self.point not in FAULT_POINTS:
             raise ValueError(f"unknown fault point {self.point!r} (known: {', '.join(FAULT_POINTS)})")
-        if self.call < 1:
-            raise ValueError(f"a fault plan's call counts from 1, got {self.call}")
+        if self.call < 0:
+            raise ValueError(f"a fault plan's call counts from 0, got {self.call}")
 
 
 @dataclass
@@ -85,7 +85,7 @@ class FaultPoints:
         if shot is None or shot.fired or shot.plan.point != point:
             return False
         shot.seen += 1
-        if shot.seen < shot.plan.call:
+        if shot.seen <= shot.plan.call:
             return False
         shot.fired = True
         self.fired[point] += 1
@@ -120,8 +120,9 @@ def install(points: FaultPoints, row_pool: Any, allocator: Any) -> FaultPoints:
 
 
 def plan_of(args: dict[str, int]) -> FaultPlan | None:
-    """The plan a step's arguments carry: `fault` (1 + the point's index; 0 or absent: none), `fault_call`."""
+    """The plan a step's arguments carry: `fault` (1 + the point's index; 0 or absent: none), `fault_call` (which
+    call fails, from 0; absent: the first). Both shrink towards no plan and the first call."""
     code = args.get("fault", 0)
     if not code:
         return None
-    return FaultPlan(FAULT_POINTS[code - 1], args.get("fault_call", 1))
+    return FaultPlan(FAULT_POINTS[code - 1], args.get("fault_call", 0))

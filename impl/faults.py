@@ -26,6 +26,9 @@ class Fault:
     origin: str
     in_scope: bool = True
     out_of_scope: str = ""
+    # The percentage of steps a run must give fault plans (`impl.fault_points`) for the switch to act: a switch
+    # on the path a failed call takes acts only where a call fails.
+    fault_rate: int = 0
 
 
 _IN_SCOPE = (
@@ -36,6 +39,7 @@ _IN_SCOPE = (
         "back, so the failed call leaves rows taken that no request holds",
         origin="sglang mem_cache/allocation.py alloc_for_extend and disaggregation/decode.py _pre_alloc (rows "
         "first, then the slots' fail-loud RuntimeError or assert; 0.5.18-0.5.23 keep the rows)",
+        fault_rate=10,
     ),
     Fault(
         name="legacy_reuse_guard",

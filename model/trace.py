@@ -141,7 +141,7 @@ class StepShape:
 
 # A contract step's fault plan (`impl.fault_points`): the point (1 + its index in FAULT_POINTS; 0: none) and which
 # of the step's calls to it fails. Both may be left out: no plan.
-FAULT_ARGS = {"fault": integer(0, len(FAULT_POINTS)), "fault_call": integer(1, MAX_FAULT_CALL)}
+FAULT_ARGS = {"fault": integer(0, len(FAULT_POINTS)), "fault_call": integer(0, MAX_FAULT_CALL)}
 
 
 def _shape(action: Action, optional: frozenset[str]) -> StepShape:

@@ -142,6 +142,7 @@ def page_floor_in(o: Any, p: Any, x: Term) -> Term:
 
 
 # The fault points (`impl.fault_points`): calls inside a step that a step's `fault` argument makes fail, where the
-# real allocator fails. A step's `fault` is 1 + an index here (0: none); `fault_call` which call to it fails.
+# real allocator fails. A step's `fault` is 1 + an index here (0: none); `fault_call` which call to it fails, from
+# 0 (the first) to MAX_FAULT_CALL.
 FAULT_POINTS = ("row_alloc", "kv_alloc", "aux_alloc")
-MAX_FAULT_CALL = 4
+MAX_FAULT_CALL = 3

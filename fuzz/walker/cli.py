@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fuzz.fault_plans import fault_rate_key
 from fuzz.flags import MAX_SECONDS, folder_problem, one_torch_thread, whole
 from impl.faults import FAULTS
 from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INVALID, internal_error
@@ -83,7 +84,10 @@ def _run_flags(r: argparse.ArgumentParser) -> None:
     length.add_argument("--steps", type=whole(1, MAX_STEPS), metavar="N", help=f"steps (default {DEFAULT_STEPS})")
     length.add_argument("--budget", type=duration, metavar="DURATION", help="walk this long: 90s, 10m, 8h")
     r.add_argument("--fault", action="append", default=[], choices=sorted(FAULTS), metavar="NAME", help="a fault")
-    r.add_argument("--exclude", action="append", default=[], metavar="OP", help="never draw this op (or kind:NAME)")
+    r.add_argument("--fault-rate", type=whole(0, 100), default=0, metavar="P", help="plan a failure in P%% of steps")
+    r.add_argument(
+        "--exclude", action="append", default=[], metavar="OP", help="never draw this op (or kind:NAME, fault:POINT)"
+    )
     r.add_argument("--target", choices=TARGET_NAMES, help="the pool to walk, in place of the shape's (reference)")
     r.add_argument("--out", type=Path, default=Path("counterexamples"), help="where counterexamples go")
 
@@ -100,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     from fuzz.profiles import POOLS, describe_pool
     from fuzz.targets import retarget, target_problem
 
-    config: dict[str, Any] = {**POOLS[args.pool], "faults": sorted(set(args.fault))}
+    config: dict[str, Any] = {**POOLS[args.pool], "faults": sorted(set(args.fault)), **fault_rate_key(args.fault_rate)}
     if args.target:
         config = retarget(config, args.target)
     problem = target_problem(config) or _exclude_problem(args.exclude)
@@ -119,12 +123,18 @@ def _hunt(args: argparse.Namespace, config: dict[str, Any], seed: int, steps: in
 
     exclude = frozenset(args.exclude)
     flags = "".join(f" --fault {f}" for f in config["faults"]) + "".join(f" --exclude {e}" for e in sorted(exclude))
+    flags += f" --fault-rate {config['fault_rate']}" if config.get("fault_rate") else ""
     length = f"--steps {steps}" if steps else f"--budget {args.budget:g}s"
     target = f" --target {args.target}" if args.target else ""
     print(f"  rerun with: python -m fuzz.walker run --pool {args.pool} --seed {seed} {length}{target}{flags}")
     result = hunt(config, seed, args.out, steps=steps, budget_s=args.budget, exclude=exclude)
     walk = result.walk
     print(f"  swarm: {walk.swarm.describe()}")
+    if config.get("fault_rate"):
+        unfired = walk.points.never_fired()
+        print(
+            f"  fault points: {walk.points.describe()}" + (f"; never failed: {', '.join(unfired)}" if unfired else "")
+        )
     rate = walk.steps / walk.seconds if walk.seconds > 0 else 0.0
     print(
         f"  {walk.steps} lockstep steps in {walk.seconds:.1f} s ({rate:.0f} steps/s), {walk.walks} walks "
@@ -143,11 +153,12 @@ def _hunt(args: argparse.Namespace, config: dict[str, Any], seed: int, steps: in
 
 
 def _exclude_problem(names: list[str]) -> str | None:
+    from fuzz.fault_plans import exclusion_names
     from fuzz.lockstep import OPS
     from properties.vocabulary import KIND_EXCLUSIONS
 
-    unknown = sorted(set(names) - OPS - set(KIND_EXCLUSIONS))
-    return f"--exclude names no op or kind: {', '.join(map(ascii, unknown))}" if unknown else None
+    unknown = sorted(set(names) - OPS - set(KIND_EXCLUSIONS) - exclusion_names())
+    return f"--exclude names no op, kind or fault point: {', '.join(map(ascii, unknown))}" if unknown else None
 
 
 def _replay_seed(args: argparse.Namespace) -> int:

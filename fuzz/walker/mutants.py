@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fuzz.fault_plans import fault_rate_key
 from fuzz.mutants import DETECTED, TIMEOUT, Attempt, Score, pools_for, report_of, write_reports
 from fuzz.profiles import POOLS
 from fuzz.walker.hunt import HuntResult, hunt
-from impl.faults import FAULTS
+from impl.faults import FAULTS, PATTERNS
 
 DEFAULT_BUDGET_S = 60.0
 UNIT_STEPS = 2_000  # one seed's walk: a fault the walker finds at all, it finds within a few hundred steps
@@ -42,7 +43,11 @@ def search(fault: str | None, pool: str, budget_s: float, out: Path) -> Found:
     """Walk seeds 0, 1, ... with `fault` on (None: no fault) on `pool` until one fails or `budget_s` is spent;
     then the next `MORE_SEEDS` seeds too (for at most `MORE_S` seconds), keeping the shortest shrunk trace:
     each seed's walk reaches the bug by its own path, and shrinking keeps the path's shape."""
-    config = {**POOLS[pool], "faults": [fault] if fault else []}
+    config = {
+        **POOLS[pool],
+        "faults": [fault] if fault else [],
+        **fault_rate_key(PATTERNS[fault].fault_rate if fault else 0),
+    }
     folder = out / "counterexamples" / (fault or "nofault") / pool
     for stale in folder.glob("*.json"):
         stale.unlink()
