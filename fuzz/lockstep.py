@@ -369,10 +369,11 @@ class Lockstep:
         the contract of a failure is that it left every record, row, slot, lock and counter as before."""
         self.snap = self.target.snapshot()
         self.model.adopt_generations(self._observation(self.snap).generations)
-        changes = self.model.observe().differences(self._observation(self.snap))
+        expected, seen = self.model.observe(), self._observation(self.snap)
+        changes = expected.differences(seen)
         if not changes:
             return None
-        parts = "+".join(changed_parts(before, self.snap)) or "records"
+        parts = "+".join(changed_parts(expected, seen))
         return Failure(
             index,
             "fault-not-rolled-back",
@@ -483,15 +484,15 @@ def fault_corners(shot: Shot | None, outcome: str) -> list[str]:
     return [f"fault {shot.plan.point}: {outcome}"] if shot is not None and shot.fired else []
 
 
-def changed_parts(before: PoolSnapshot, after: PoolSnapshot) -> list[str]:
-    """Which parts of the pool differ between two snapshots, in a failure id's words."""
+def changed_parts(expected: Observation, seen: Observation) -> list[str]:
+    """Which parts of the observation differ (the model's, the pool's), in a failure id's words, in a fixed order."""
     parts = {
-        "rows": sorted(before.free_rows) != sorted(after.free_rows),
-        "slots": before.free_slots.numel() != after.free_slots.numel(),
-        "records": before.records != after.records,
-        "tree": (before.evictable_size, before.protected_size) != (after.evictable_size, after.protected_size)
-        or before.tree_slots.numel() != after.tree_slots.numel(),
-        "generations": before.row_generation != after.row_generation,
+        "rows": (expected.free_rows, expected.free_row_count) != (seen.free_rows, seen.free_row_count),
+        "slots": expected.free_slot_count != seen.free_slot_count,
+        "records": expected.records != seen.records,
+        "tree": expected.tree_slot_count != seen.tree_slot_count,
+        "generations": expected.generations != seen.generations,
+        "group": (expected.group_open, expected.pending_slot_count) != (seen.group_open, seen.pending_slot_count),
     }
     return [name for name, changed in parts.items() if changed]
 

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.drain import DRAIN
+from fuzz.fault_plans import barred, exclusion_names
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.replay import replay
 from fuzz.run import run
 from fuzz.targets import installed_sglang, retarget, sglang_problem, target_ops, target_problem
+from impl.fault_points import plan_of
 from impl.upstream.releases import published_releases
 from model.trace import (
     NAME,
@@ -98,10 +100,14 @@ class Finding:
         return on_version and (failure.kind, failure.id) in self.symptoms and self.triggered_by(trace)
 
     def triggered_by(self, trace: Trace) -> bool:
-        """Whether the trace takes an op, or draws a request kind, that the finding's `fuzz_exclude` names."""
+        """Whether the trace takes an op, draws a request kind, or plans a failure at a fault point (`fault:POINT`,
+        `fault:POINT@STAGE`) that the finding's `fuzz_exclude` names."""
         kinds = {KIND_EXCLUSIONS[name] for name in self.fuzz_exclude if name in KIND_EXCLUSIONS}
         for step in trace.steps:
             if step.op in self.fuzz_exclude or (_flushes(step) and "flush" in self.fuzz_exclude):
+                return True
+            plan = plan_of(step.args)
+            if plan is not None and barred(plan.point, step.op, self.fuzz_exclude):
                 return True
             if any(value in kinds for key, value in step.args.items() if key.startswith("kind")):
                 return True
@@ -204,9 +210,10 @@ def _finding(index: int, entry: Any) -> Finding:
         if not rule.ok(value):
             raise FindingsError(f"{where} lacks or mistypes {key}: {key} must be {rule.what}, got {show(value)}")
     where = f"finding {entry['id']}"
-    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()) | set(KIND_EXCLUSIONS):
+    if not set(entry.get("fuzz_exclude", [])) <= set(step_schema()) | set(KIND_EXCLUSIONS) | exclusion_names():
         raise FindingsError(
-            f"{where}: fuzz_exclude names an op or kind kvlife does not have: {show(entry['fuzz_exclude'])}"
+            f"{where}: fuzz_exclude names an op, kind or fault point kvlife does not have: "
+            f"{show(entry['fuzz_exclude'])}"
         )
     return Finding(
         id=entry["id"],
@@ -646,6 +653,9 @@ def verify(findings: list[Finding], version: str, out: Path, random_count: int, 
     for (name, config), count in zip(pools.items(), shares(random_count, len(pools)), strict=True):
         traces += [(f"{name}-{n}", t) for n, t in random_traces(config, count)]
     differential(traces, findings, version, out / "differential", report)
+    from fuzz.upstream_faults import check_fault_points  # it reads this module's findings
+
+    check_fault_points(pools, findings, version, out / "faults", report)
     return report
 
 
