@@ -366,10 +366,14 @@ class Lockstep:
         self, index: int, op: str, args: dict[str, int], refusal: Refused, before: PoolSnapshot, point: str
     ) -> Failure | None:
         """A legal step that failed because its planned fault fired: the caller learnt of it (the refusal), and
-        the contract of a failure is that it left every record, row, slot, lock and counter as before."""
+        the contract of a failure is that it left every record, row, slot, lock and counter as before. Two
+        changes a rollback may make are no difference: a row it took and gave back counted a tenure (its
+        generation grew), and slots it gave back inside an open free group come back at the group's end."""
         self.snap = self.target.snapshot()
-        self.model.adopt_generations(self._observation(self.snap).generations)
-        expected, seen = self.model.observe(), self._observation(self.snap)
+        seen = self._observation(self.snap)
+        self.model.adopt_generations(seen.generations)
+        self.model.adopt_group_frees(seen.free_slot_count, seen.pending_slot_count)
+        expected = self.model.observe()
         changes = expected.differences(seen)
         if not changes:
             return None
@@ -485,10 +489,14 @@ def fault_corners(shot: Shot | None, outcome: str) -> list[str]:
 
 
 def changed_parts(expected: Observation, seen: Observation) -> list[str]:
-    """Which parts of the observation differ (the model's, the pool's), in a failure id's words, in a fixed order."""
+    """Which parts of the observation differ (the model's, the pool's), in a failure id's words, in a fixed order:
+    rows and slots by which way they went (`leaked`: fewer free than the model's, `freed`: more)."""
+    rows, slots = seen.free_row_count - expected.free_row_count, seen.free_slot_count - expected.free_slot_count
     parts = {
-        "rows": (expected.free_rows, expected.free_row_count) != (seen.free_rows, seen.free_row_count),
-        "slots": expected.free_slot_count != seen.free_slot_count,
+        "leaked rows": rows < 0 or (rows == 0 and expected.free_rows != seen.free_rows),
+        "freed rows": rows > 0,
+        "leaked slots": slots < 0,
+        "freed slots": slots > 0,
         "records": expected.records != seen.records,
         "tree": expected.tree_slot_count != seen.tree_slot_count,
         "generations": expected.generations != seen.generations,

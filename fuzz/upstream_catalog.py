@@ -621,6 +621,47 @@ _FINISHES = [
     ),
 ]
 
+# The failure paths: what upstream does when a call inside it fails, hunted with fault plans (`+faults`).
+_FAILURES = [
+    SourceMutant(
+        "extend-aux-rollback-dropped",
+        ALLOCATION,
+        "            target_seq_lens_cpu=batch.seq_lens_cpu,\n        )\n    except Exception:\n"
+        "        batch.tree_cache.token_to_kv_pool_allocator.free(out_cache_loc)\n        raise\n",
+        "            target_seq_lens_cpu=batch.seq_lens_cpu,\n        )\n    except Exception:\n        raise\n",
+        "chunk-p1+faults",
+        "a second allocation inside alloc_for_extend fails after the first succeeded, and its slots are never "
+        "given back",
+    ),
+    SourceMutant(
+        "decode-aux-rollback-dropped",
+        ALLOCATION,
+        "            target_seq_lens_cpu=batch.seq_lens_cpu + token_per_req,\n        )\n    except Exception:\n"
+        "        batch.tree_cache.token_to_kv_pool_allocator.free(out_cache_loc)\n        raise\n",
+        "            target_seq_lens_cpu=batch.seq_lens_cpu + token_per_req,\n        )\n    except Exception:\n"
+        "        raise\n",
+        "chunk-p1+faults",
+        "a decode's aux allocation fails after its slots were taken, and they are never given back",
+    ),
+    SourceMutant(
+        "token-alloc-failure-silent",
+        ALLOCATION,
+        "        raise RuntimeError(error_msg)\n\n    return out_cache_loc\n\n\ndef alloc_paged_token_slots_extend(",
+        "\n    return out_cache_loc\n\n\ndef alloc_paged_token_slots_extend(",
+        "chunk-p1+faults",
+        "an allocation that came back empty not reported: the caller goes on with no slots",
+    ),
+    SourceMutant(
+        "prealloc-row-unchecked",
+        DECODE,
+        "        assert req_pool_indices is not None, (\n"
+        '            "req_pool_indices is full! There is a bug in memory estimation."\n        )\n',
+        "",
+        "pd-p1+faults",
+        "a PD pre-allocation that finds no free row goes on without one",
+    ),
+]
+
 MUTANTS: tuple[SourceMutant, ...] = (
     *_RELEASE,
     *_ROWS,
@@ -632,5 +673,6 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_RETRACTION,
     *_ROUND,
     *_PAUSE,
+    *_FAILURES,
     *_FINISHES,
 )

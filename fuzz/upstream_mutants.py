@@ -27,12 +27,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from fuzz.fault_plans import fault_rate_key
 from fuzz.profiles import POOLS
 from fuzz.upstream_catalog import MUTANTS, SourceMutant
 from fuzz.walker.cli import duration
 from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, internal_error
+
+if TYPE_CHECKING:
+    from fuzz.upstream_verify import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BUDGET_S = 60.0
@@ -40,6 +44,8 @@ WALK_STEPS = 1_500  # one seed's walk
 ENGINES = ("walker", "hypothesis")
 HYPOTHESIS_EXAMPLES = 25  # one seed's Hypothesis run, of `HYPOTHESIS_STEPS` steps a case at most
 HYPOTHESIS_STEPS = 60
+FAULTS_SUFFIX = "+faults"  # a mutant's pool spec ending in it hunts with fault plans (a failure path's mutant)
+FAULT_RATE = 10  # the percentage of steps such a hunt plans a failure in
 CHILD_GRACE_S = 120.0  # a child's start-up (it imports sglang) and its last walk, beyond the budget
 CONTROL_S = 20.0  # each pool's walk on the unmodified release, at most
 UNMODIFIED = "(unmodified)"  # the control walks' name in the report
@@ -115,23 +121,27 @@ def _judge(mutant: SourceMutant, child: subprocess.CompletedProcess[str]) -> Out
 
 
 def walk(pool_spec: str, budget_s: float, engine: str = "walker") -> int:
-    """The child: run `engine` seed after seed from 0 on the pool (`POOL` or `POOL:CORE`) on the sglang it imports;
+    """The child: run `engine` seed after seed from 0 on the pool (`POOL`, `POOL:CORE`, either with `+faults`: fault
+    plans in `FAULT_RATE` percent of the steps) on the sglang it imports;
     print one JSON line; exit 1 at the first failing step, else 0."""
     from fuzz.flags import one_torch_thread
     from fuzz.targets import retarget
     from fuzz.upstream_verify import fuzz_excluded, load_findings
 
     one_torch_thread()
-    pool, _, core = pool_spec.partition(":")
-    config = retarget({**POOLS[pool], "faults": []}, "sglang")
+    spec, plans, _ = pool_spec.partition(FAULTS_SUFFIX)
+    pool, _, core = spec.partition(":")
+    config = retarget({**POOLS[pool], "faults": [], **fault_rate_key(FAULT_RATE if plans else 0)}, "sglang")
     if core:
         config["tree_core"] = core
-    # A mutant is found by what it breaks, not by a bug the release already has.
-    exclude = fuzz_excluded(load_findings(ROOT / "upstream" / "findings.json"), installed_version())
+    # A mutant is found by what it breaks, not by a bug the release already has: the ops of the release's findings
+    # are left out, and a failure one of them explains (a fault plan's, whose points stay drawn) is no find.
+    findings = load_findings(ROOT / "upstream" / "findings.json")
+    exclude = frozenset(n for n in fuzz_excluded(findings, installed_version()) if not n.startswith("fault:"))
     one_seed = _walker_seed if engine == "walker" else _hypothesis_seed
     start, seed, steps = time.perf_counter(), 0, 0
     while (left := budget_s - (time.perf_counter() - start)) > 0:
-        taken, found = one_seed(config, exclude, seed, left)
+        taken, found = one_seed(config, exclude, seed, left, findings)
         steps += taken
         if found is not None:
             print(json.dumps({"detail": f"seed {seed}, {found}", "seconds": time.perf_counter() - start}))
@@ -141,26 +151,39 @@ def walk(pool_spec: str, budget_s: float, engine: str = "walker") -> int:
     return EXIT_CLEAN
 
 
-def _walker_seed(config: dict[str, Any], exclude: frozenset[str], seed: int, left: float) -> tuple[int, str | None]:
-    """One seed's walk: its steps and, if a step failed, what failed."""
+def _walker_seed(
+    config: dict[str, Any], exclude: frozenset[str], seed: int, left: float, findings: list[Finding]
+) -> tuple[int, str | None]:
+    """One seed's walk: its steps and, if a step failed that no finding of the release explains, what failed."""
+    from fuzz.upstream_verify import known
     from fuzz.walker.walk import Walker
 
     result = Walker(config, seed, exclude).run(steps=WALK_STEPS, budget_s=left)
     failure = result.failure
-    found = None if failure is None else f"step {failure.step}: {failure.kind} {failure.id}: {failure.message}"
-    return result.steps, found
+    if failure is None or known(findings, failure, installed_version(), result.trace) is not None:
+        return result.steps, None
+    return result.steps, f"step {failure.step}: {failure.kind} {failure.id}: {failure.message}"
 
 
-def _hypothesis_seed(config: dict[str, Any], exclude: frozenset[str], seed: int, left: float) -> tuple[int, str | None]:
+def _hypothesis_seed(
+    config: dict[str, Any], exclude: frozenset[str], seed: int, left: float, findings: list[Finding]
+) -> tuple[int, str | None]:
     """One seed's Hypothesis run (not shrunk: a mutant is found by its first failing step): its steps and, if a
     step failed, what failed. `left` is not read: one run is short, and the loop checks the budget between runs."""
     from fuzz.profiles import Profile
     from fuzz.run import run
+    from fuzz.upstream_verify import known
+    from model.trace import load
 
     profile = Profile("exam", HYPOTHESIS_EXAMPLES, HYPOTHESIS_STEPS, False, False, shrink=False)
     with tempfile.TemporaryDirectory(prefix="kvlife-exam-") as tmp:
         result = run(config, profile, seed, Path(tmp) / "ce", Path(tmp) / "db", exclude=exclude)
-    return result.steps, (result.failure_text or None) if result.counterexample else None
+        if result.counterexample is None:
+            return result.steps, None
+        trace = load(result.counterexample)
+    if known(findings, trace.failure, installed_version(), trace) is not None:
+        return result.steps, None
+    return result.steps, result.failure_text or None
 
 
 def run_exam(
@@ -220,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"{command}: --only: no mutant named {unknown[0]!r}", file=sys.stderr)
         return EXIT_INVALID
-    if args.walk and args.walk.partition(":")[0] not in POOLS:
+    if args.walk and args.walk.partition(FAULTS_SUFFIX)[0].partition(":")[0] not in POOLS:
         print(f"{command}: --walk: no pool named {args.walk!r}", file=sys.stderr)
         return EXIT_INVALID
     if sglang_package() is None:

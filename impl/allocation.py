@@ -121,6 +121,15 @@ def alloc_for_decode_prealloc(pools: Pools, req: Req, fill_len: int) -> int:
     return rows[0]
 
 
+def free_new_pages(pools: Pools, req: Req, start: int, end: int) -> None:
+    """Give back the slots an allocation took for positions `[start, end)` of the request's row: the pages that
+    begin at or after `start` (a page `start` lies inside was the request's before, and stays)."""
+    page = pools.allocator.page_size
+    first = -(-start // page) * page
+    if end > first:
+        pools.allocator.free(pools.cache.req_to_token_pool.req_to_token[_row(req), first:end].to(torch.int64))
+
+
 @contextlib.contextmanager
 def _rows_back_on_failure(
     pool: ReqToTokenPool, fresh: list[Req], lengths: list[tuple[int, int]] | None = None

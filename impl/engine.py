@@ -27,6 +27,7 @@ from impl.allocation import (
     alloc_for_extend,
     alloc_for_spec_decode,
     evict_from_tree_cache,
+    free_new_pages,
 )
 from impl.allocator import TokenToKVPoolAllocator
 from impl.chunk_cache import ChunkCache
@@ -159,11 +160,12 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
     def _run_batch(self, plan: BatchPlan[Req]) -> dict[int, int]:
         """The batch's pool steps; each request's row, as the allocation handed it out."""
         rows: dict[int, int] = {}
-        self._allocate_prefill(plan, rows)
+        undo = self._allocate_prefill(plan, rows)
         if plan.decode:
             try:
                 alloc_for_decode(self.pools, [req for _, req, _ in plan.decode])
             except OutOfMemory as exc:
+                undo()  # the round failed half way: what its prefill took goes back
                 raise Refused(f"refused by the allocation path: {exc}", _oom_cause(exc)) from exc
             rows.update((rid, req.kv.req_pool_idx or 0) for rid, req, _ in plan.decode)
         for rid, req, view in plan.decode:
@@ -179,24 +181,40 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             self.allocator.free_group_end()
         return rows
 
-    def _allocate_prefill(self, plan: BatchPlan[Req], rows: dict[int, int]) -> None:
+    def _allocate_prefill(self, plan: BatchPlan[Req], rows: dict[int, int]) -> Callable[[], None]:
         """The prefill entries' matches and locks, then their rows and slots; an allocation that does not fit
-        gives the matches and locks back (the scheduler's, taken before it called) and refuses."""
+        gives the matches and locks back (the scheduler's, taken before it called) and refuses. Returns what
+        undoes the whole prefill allocation, for a round that fails after it."""
         if not plan.prefill:
-            return
+            return lambda: None
         saved = [(req, req.prefix_indices, req.last_node, req.kv.cache_protected_len) for _, req, _ in plan.prefill]
+        before = [(req.kv.holds_kv, req.kv.kv_committed_len, req.kv.kv_allocated_len) for _, req, _ in plan.prefill]
         for _, req, extend in plan.prefill:
             self._open_extend(req, extend)
         reqs = [req for _, req, _ in plan.prefill]
-        try:
-            taken = alloc_for_extend(self.pools, reqs, [extend.seq_len for _, _, extend in plan.prefill])
-        except OutOfMemory as exc:
+        starts = [req.prefix_indices.numel() for req in reqs]
+
+        def give_matches_back() -> None:
             for (_, req, extend), (_, prefix, node, protected) in zip(plan.prefill, saved, strict=True):
                 if extend.match_limit is not None and isinstance(req.last_node, TreeNode) and self.tree is not None:
                     self.tree.dec_lock_ref(req.last_node)
                 req.prefix_indices, req.last_node, req.kv.cache_protected_len = prefix, node, protected
+
+        def undo() -> None:
+            for req, start, (held, committed, allocated) in zip(reqs, starts, before, strict=True):
+                free_new_pages(self.pools, req, start, req.kv.kv_allocated_len)
+                if not held:
+                    self.req_to_token_pool.free(req)
+                req.kv.kv_committed_len, req.kv.kv_allocated_len = committed, allocated
+            give_matches_back()
+
+        try:
+            taken = alloc_for_extend(self.pools, reqs, [extend.seq_len for _, _, extend in plan.prefill])
+        except OutOfMemory as exc:
+            give_matches_back()
             raise Refused(f"refused by the allocation path: {exc}", _oom_cause(exc)) from exc
         rows.update((rid, row) for (rid, _, _), row in zip(plan.prefill, taken, strict=True))
+        return undo
 
     def spec_prepare(self, rid: int, reserve: int) -> None:
         """Speculative prepare: `A = max(A, ceil_align(C + reserve))`, the new draft slots written to the row."""

@@ -63,6 +63,14 @@ class Model:
                 gens = gens.set(row, gen)
         self.state = self.state.but(row_gen=gens)
 
+    def adopt_group_frees(self, free_slots: int, pending_slots: int) -> None:
+        """Take slots a failed call gave back into the open free group (the pool's free and pending counts, their
+        sum the model's): freed there, they come back at the group's end like any other free in it."""
+        s = self.state
+        moved = pending_slots - s.pending_slots
+        if s.group_open == 1 and moved > 0 and free_slots + pending_slots == s.n_free_slots + s.pending_slots:
+            self.state = s.but(n_free_slots=free_slots, pending_slots=pending_slots)
+
     def known_requests(self) -> list[int]:
         return sorted(r for r in self.state.rec_status if self.state.rec_status.get(r) != STATUS_NEW)
 

@@ -49,7 +49,7 @@ def test_a_missing_rollback_is_a_finding_named_by_point_and_part() -> None:
     lock = _lock(faults=("failed_alloc_keeps_rows",))
     failure = lock.step("admit", {**ADMIT, **plan_args("kv_alloc")})
     assert failure is not None
-    assert (failure.kind, failure.id) == ("fault-not-rolled-back", "kv_alloc: rows")
+    assert (failure.kind, failure.id) == ("fault-not-rolled-back", "kv_alloc: leaked rows")
 
 
 def test_a_plan_that_never_fires_leaves_the_step_as_it_was() -> None:
