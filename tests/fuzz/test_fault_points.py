@@ -45,6 +45,16 @@ def test_a_failed_allocation_is_refused_and_rolled_back(point: str, pool: str) -
     assert lock.step("admit", ADMIT) is None  # the pool goes on as if the call had never run
 
 
+@pytest.mark.parametrize("pool", ["chunk-p1", "radix-p4"])
+def test_a_round_whose_decode_fails_gives_its_prefill_back(pool: str) -> None:
+    lock = _lock(pool)
+    assert lock.step("admit", {**ADMIT, "prompt": 3, "n": 3}) is None
+    entries = {"size": 2, "op0": 2, "req0": 0, "op1": 0, "req1": 1, "prompt1": 5, "n1": 5, "family1": 0, "kind1": 0}
+    assert lock.step("batch", {**entries, **plan_args("kv_alloc", call=1)}) is None  # the decode's allocation
+    assert "fault kv_alloc: refused" in lock.corners
+    assert lock.step("batch", entries) is None  # the same round, unplanned, as if the first had never run
+
+
 def test_a_missing_rollback_is_a_finding_named_by_point_and_part() -> None:
     lock = _lock(faults=("failed_alloc_keeps_rows",))
     failure = lock.step("admit", {**ADMIT, **plan_args("kv_alloc")})
