@@ -1,11 +1,13 @@
 """`python -m fuzz verify-upstream`: the harness against the installed upstream SGLang (run in a sglang venv).
 
-Four checks, each against `upstream/findings.json`, the triaged divergences upstream is known to show:
+Five checks, each against `upstream/findings.json`, the triaged divergences upstream is known to show:
 the prover's counterexample traces replayed on the upstream target; the lockstep `ci` profile on every pool
 shape the target supports (a known finding the fuzzer hits is reported as known, and the run goes on without
 the ops that trigger it, so that it cannot mask others); every finding's replay file (it must fail as recorded
 on its versions and pass on the others); and a differential run of the same traces on the reference and on
-upstream, whose first observable difference per trace becomes a table row with a replay file.
+upstream, whose first observable difference per trace becomes a table row with a replay file; and the walker on
+every shape with fault plans (`fuzz.upstream_faults`: calls inside upstream failed on purpose, each failure held
+to its contract, the points reached and failed reported per shape).
 
 Exit status: 0 everything matches the findings; 1 something does not (each on its own line, `MISMATCH`);
 2 sglang is not installed here, or the findings file is not valid (`load_findings`: one line naming the field);
