@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.fault_points import FaultPoints
-from properties.vocabulary import FAULT_POINTS, MAX_FAULT_CALL
+from properties.vocabulary import BATCH_OPS, FAULT_POINTS, MAX_BATCH, MAX_FAULT_CALL
 
 # The stage of each step that allocates: where in the scheduler its allocation runs.
+# A batch's stage is its entries': prefill or decode alone, or "round" for both (its decodes allocate after its
+# prefill entries did: `stage_of`).
 STAGES = {
     "prefill": frozenset({"admit", "extend", "reuse_released", "pd_prealloc", "pp_profile"}),
-    "round": frozenset({"batch", "unchecked_batch"}),  # a scheduling round: prefill entries, then decodes
+    "round": frozenset(),
     "decode": frozenset({"decode", "decode_finish", "spec_prepare"}),
 }
+DECODE_ENTRY = BATCH_OPS.index("decode")
 # The steps no plan is drawn for: the harness's own, and the decode round, which retracts, re-queues and aborts
 # before its decode allocates: a failure there comes after work no scheduler undoes (upstream's is fatal), so
 # "as before" is not the round's contract, and the model has no state between its halves to hold it to. The
@@ -37,8 +40,12 @@ def fault_rate_key(rate: int) -> dict[str, int]:
     return {"fault_rate": rate} if rate else {}
 
 
-def stage_of(op: str) -> str:
-    """The stage `op` belongs to (`STAGES`), else "other"."""
+def stage_of(op: str, args: dict[str, int] | None = None) -> str:
+    """The stage a step of `op` with `args` belongs to (`STAGES`; a batch by its entries), else "other"."""
+    if op == "batch":
+        codes = [(args or {}).get(f"op{i}", 0) for i in range(min((args or {}).get("size", 0), MAX_BATCH))]
+        decodes = sum(code == DECODE_ENTRY for code in codes)
+        return "decode" if codes and decodes == len(codes) else "round" if decodes else "prefill"
     return next((stage for stage, ops in STAGES.items() if op in ops), "other")
 
 
@@ -48,10 +55,10 @@ def exclusion_names() -> frozenset[str]:
     return frozenset(f"fault:{p}" for p in FAULT_POINTS) | {f"fault:{p}@{s}" for p in FAULT_POINTS for s in stages}
 
 
-def barred(point: str, op: str, exclude: Iterable[str]) -> bool:
-    """Whether the exclusions bar `point` from a step of `op`."""
+def barred(point: str, op: str, exclude: Iterable[str], args: dict[str, int] | None = None) -> bool:
+    """Whether the exclusions bar `point` from a step of `op` with `args`."""
     names = set(exclude)
-    return f"fault:{point}" in names or f"fault:{point}@{stage_of(op)}" in names
+    return f"fault:{point}" in names or f"fault:{point}@{stage_of(op, args)}" in names
 
 
 def planned(args: dict[str, int]) -> str:
@@ -81,10 +88,10 @@ class Planner:
         self.points = [p for p in FAULT_POINTS if p in set(installed)]
         self.exclude = frozenset(exclude)
 
-    def draw(self, op: str) -> dict[str, int]:
+    def draw(self, op: str, args: dict[str, int]) -> dict[str, int]:
         if self.rate <= 0 or op in HARNESS_STEPS or self.rng.randrange(100) >= self.rate:
             return {}
-        points = [p for p in self.points if not barred(p, op, self.exclude)]
+        points = [p for p in self.points if not barred(p, op, self.exclude, args)]
         if not points:
             return {}
         call = 0 if self.rng.random() < 0.7 else self.rng.randint(1, MAX_FAULT_CALL)

@@ -185,7 +185,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
 
         def _do(self, op: str, args: dict[str, int]) -> None:
             plan = self.plan
-            if plan is not None and op not in HARNESS_STEPS and not barred(planned(plan), op, recorder.exclude):
+            if plan is not None and op not in HARNESS_STEPS and not barred(planned(plan), op, recorder.exclude, args):
                 args, self.plan = {**args, **plan}, None
             recorder.total_steps += 1
             recorder.ops[op] = recorder.ops.get(op, 0) + 1

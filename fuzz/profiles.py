@@ -57,6 +57,9 @@ class Profile:
     derandomize: bool
     keep_database: bool
     shrink: bool = True  # without it a failure is reported as first found (a known finding needs no shrinking)
+    # Without it no hill-climbing on the `target` scores: a budgeted hunt wants breadth, and on upstream, whose
+    # differential replays the walk on every clone, the climb's replays can outlast the hunt's budget.
+    climb: bool = True
 
     def hypothesis_settings(self, database_dir: Path) -> settings:
         database: Any = DirectoryBasedExampleDatabase(str(database_dir)) if self.keep_database else None
@@ -66,7 +69,9 @@ class Profile:
             derandomize=self.derandomize,
             database=database,
             deadline=None,
-            phases=PHASES if self.shrink else PHASES[:-1],
+            phases=tuple(
+                p for p in PHASES if (self.shrink or p is not Phase.shrink) and (self.climb or p is not Phase.target)
+            ),
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             print_blob=False,
             report_multiple_bugs=False,

@@ -87,7 +87,9 @@ def _write_counterexample(
 ) -> tuple[Path, Failure]:
     # Hypothesis replays the shrunk case last before raising, so the recorder's last run is the minimal one.
     assert recorder.last is not None
-    steps, failure = delete_steps(recorder.config, recorder.last.steps[: exc.failure.step + 1], exc.failure)
+    steps, failure = recorder.last.steps[: exc.failure.step + 1], exc.failure
+    if profile.shrink:  # a profile without shrinking reports the failure as first found, its steps untouched
+        steps, failure = delete_steps(recorder.config, steps, failure)
     meta: dict[str, Any] = {
         "source": "hypothesis",
         "profile": profile.name,

@@ -175,7 +175,7 @@ def _hypothesis_seed(
     from fuzz.upstream_verify import known
     from model.trace import load
 
-    profile = Profile("exam", HYPOTHESIS_EXAMPLES, HYPOTHESIS_STEPS, False, False, shrink=False)
+    profile = Profile("exam", HYPOTHESIS_EXAMPLES, HYPOTHESIS_STEPS, False, False, shrink=False, climb=False)
     with tempfile.TemporaryDirectory(prefix="kvlife-exam-") as tmp:
         result = run(config, profile, seed, Path(tmp) / "ce", Path(tmp) / "db", exclude=exclude)
         if result.counterexample is None:

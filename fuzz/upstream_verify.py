@@ -99,17 +99,19 @@ class Finding:
         if failure is None or self.matches(failure, version):
             return failure is not None
         on_version = version in self.versions or not is_release(version)
-        return on_version and (failure.kind, failure.id) in self.symptoms and self.triggered_by(trace)
+        return on_version and (failure.kind, failure.id) in self.symptoms and self.triggered_by(trace, failure)
 
-    def triggered_by(self, trace: Trace) -> bool:
-        """Whether the trace takes an op, draws a request kind, or plans a failure at a fault point (`fault:POINT`,
-        `fault:POINT@STAGE`) that the finding's `fuzz_exclude` names."""
+    def triggered_by(self, trace: Trace, failure: Failure | None = None) -> bool:
+        """Whether the trace takes an op or draws a request kind that the finding's `fuzz_exclude` names, or its
+        failing step (`failure`'s) planned a failure at a point it names (`fault:POINT`, `fault:POINT@STAGE`)."""
         kinds = {KIND_EXCLUSIONS[name] for name in self.fuzz_exclude if name in KIND_EXCLUSIONS}
+        if failure is not None and 0 <= failure.step < len(trace.steps):
+            failing = trace.steps[failure.step]
+            plan = plan_of(failing.args)
+            if plan is not None and barred(plan.point, failing.op, self.fuzz_exclude, failing.args):
+                return True
         for step in trace.steps:
             if step.op in self.fuzz_exclude or (_flushes(step) and "flush" in self.fuzz_exclude):
-                return True
-            plan = plan_of(step.args)
-            if plan is not None and barred(plan.point, step.op, self.fuzz_exclude):
                 return True
             if any(value in kinds for key, value in step.args.items() if key.startswith("kind")):
                 return True

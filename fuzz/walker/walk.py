@@ -129,7 +129,7 @@ class Walker:
         if drawn is None:
             return None, True
         op, args = drawn
-        args = {**args, **self.planner.draw(op)}
+        args = {**args, **self.planner.draw(op, args)}
         result.steps += 1
         return self._take(result, before, op, args), False
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.fault_plans import Planner, PointCounts, barred, exclusion_names, plan_args
+from fuzz.fault_plans import Planner, PointCounts, barred, exclusion_names, plan_args, stage_of
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from fuzz.replay import replay
@@ -92,7 +92,7 @@ def test_a_plan_out_of_range_is_refused_naming_the_field(key: str, value: int) -
 def test_the_planner_draws_nothing_at_rate_zero() -> None:
     rng = random.Random(3)
     state = rng.getstate()
-    assert Planner(rng, 0, {"kv_alloc"}, ()).draw("admit") == {}
+    assert Planner(rng, 0, {"kv_alloc"}, ()).draw("admit", {}) == {}
     assert rng.getstate() == state  # a run without plans walks as before
 
 
@@ -101,7 +101,15 @@ def test_an_exclusion_bars_a_point_by_stage() -> None:
     assert barred("kv_alloc", "admit", {"fault:kv_alloc@prefill"})
     assert not barred("kv_alloc", "decode", {"fault:kv_alloc@prefill"})
     planner = Planner(random.Random(0), 100, {"kv_alloc"}, {"fault:kv_alloc@prefill"})
-    assert planner.draw("admit") == {} and plan_of(planner.draw("decode")) is not None
+    assert planner.draw("admit", {}) == {} and plan_of(planner.draw("decode", {})) is not None
+
+
+def test_a_batch_is_staged_by_its_entries() -> None:
+    admit, decode = {"op0": 0, "req0": 1}, {"op1": 2, "req1": 0}
+    assert stage_of("batch", {"size": 1, **admit}) == "prefill"
+    assert stage_of("batch", {"size": 2, **admit, **decode}) == "round"
+    assert stage_of("batch", {"size": 1, "op0": 2, "req0": 0}) == "decode"
+    assert stage_of("evict") == "other"
 
 
 def test_the_walker_reaches_and_fires_every_point_of_the_reference_pool() -> None:
