@@ -30,7 +30,7 @@ from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INVALID
 from model.trace import TraceError, load
 
 if TYPE_CHECKING:
-    from fuzz.upstream_verify import Finding
+    from fuzz.upstream_findings import Finding
 
 PROFILE = "ci"
 DEFAULT_BUDGET_S = 120.0
@@ -330,7 +330,7 @@ def false_alarm_cli(budget_s: float, out: Path) -> int:
     unless it wrote a counterexample that is a known finding of `upstream/findings.json`; a failure not shrunk within
     the budget has no file to match, so it is an alarm too. Exit 1 on any alarm."""
     from fuzz.targets import installed_sglang
-    from fuzz.upstream_verify import ROOT, FindingsError, load_findings
+    from fuzz.upstream_findings import ROOT, FindingsError, load_findings
 
     version = installed_sglang()
     if version is None:
@@ -368,7 +368,7 @@ def upstream_run_pools() -> list[str]:
 
 def _upstream_verdict(attempt: Attempt, findings: list[Finding], version: str) -> tuple[str, bool]:
     """What a no-fault upstream run showed, and whether it is a false alarm."""
-    from fuzz.upstream_verify import known
+    from fuzz.upstream_findings import known
 
     if attempt.result not in ALARMS:
         return CLEAN.get(attempt.result, attempt.result), False

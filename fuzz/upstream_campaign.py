@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from fuzz.targets import installed_sglang, sglang_problem
-from fuzz.upstream_verify import ROOT, FindingsError, known, load_findings
+from fuzz.upstream_findings import ROOT, FindingsError, known, load_findings
 from model.exits import EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID
 from model.trace import Failure, one_line
 

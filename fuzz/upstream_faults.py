@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.fault_plans import PointCounts
-from fuzz.upstream_verify import Finding, Report, fuzz_excluded, known
+from fuzz.upstream_findings import Finding, Report, fuzz_excluded, known
 from fuzz.walker.walk import Walker
 from model.trace import Trace, dump
 

@@ -36,7 +36,7 @@ from fuzz.walker.cli import duration
 from model.exits import EXIT_CLEAN, EXIT_FOUND, EXIT_INTERNAL, EXIT_INVALID, internal_error
 
 if TYPE_CHECKING:
-    from fuzz.upstream_verify import Finding
+    from fuzz.upstream_findings import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BUDGET_S = 60.0
@@ -126,7 +126,7 @@ def walk(pool_spec: str, budget_s: float, engine: str = "walker") -> int:
     print one JSON line; exit 1 at the first failing step, else 0."""
     from fuzz.flags import one_torch_thread
     from fuzz.targets import retarget
-    from fuzz.upstream_verify import fuzz_excluded, load_findings
+    from fuzz.upstream_findings import fuzz_excluded, load_findings
 
     one_torch_thread()
     spec, plans, _ = pool_spec.partition(FAULTS_SUFFIX)
@@ -155,7 +155,7 @@ def _walker_seed(
     config: dict[str, Any], exclude: frozenset[str], seed: int, left: float, findings: list[Finding]
 ) -> tuple[int, str | None]:
     """One seed's walk: its steps and, if a step failed that no finding of the release explains, what failed."""
-    from fuzz.upstream_verify import known
+    from fuzz.upstream_findings import known
     from fuzz.walker.walk import Walker
 
     result = Walker(config, seed, exclude).run(steps=WALK_STEPS, budget_s=left)
@@ -172,7 +172,7 @@ def _hypothesis_seed(
     step failed, what failed. `left` is not read: one run is short, and the loop checks the budget between runs."""
     from fuzz.profiles import Profile
     from fuzz.run import run
-    from fuzz.upstream_verify import known
+    from fuzz.upstream_findings import known
     from model.trace import load
 
     profile = Profile("exam", HYPOTHESIS_EXAMPLES, HYPOTHESIS_STEPS, False, False, shrink=False, climb=False)

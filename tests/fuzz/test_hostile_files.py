@@ -547,7 +547,7 @@ def hostile_findings(draw: st.DrawFn) -> bytes:
 @settings(max_examples=100, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
 @given(hostile_findings())
 def test_a_hostile_findings_manifest_is_loaded_or_refused_in_one_line(data: bytes) -> None:
-    from fuzz.upstream_verify import FindingsError, load_findings
+    from fuzz.upstream_findings import FindingsError, load_findings
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "findings.json"

@@ -18,7 +18,7 @@ from fuzz.lockstep import OPS
 from fuzz.profiles import DEFAULT_POOL, Profile
 from fuzz.run import run
 from fuzz.targets import target_ops
-from fuzz.upstream_verify import FindingsError, load_findings
+from fuzz.upstream_findings import FindingsError, load_findings
 from impl.engine import ReferencePool
 from model.trace import Step, Trace, load
 

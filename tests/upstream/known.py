@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fuzz.upstream_verify import fuzz_excluded, load_findings
+from fuzz.upstream_findings import fuzz_excluded, load_findings
 from impl.upstream.releases import closest_release
 
 FINDINGS = Path(__file__).resolve().parents[2] / "upstream" / "findings.json"

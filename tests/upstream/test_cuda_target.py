@@ -24,7 +24,7 @@ if importlib.util.find_spec("sglang") is None:
         allow_module_level=True,
     )
 
-from fuzz.upstream_verify import ROOT
+from fuzz.upstream_findings import ROOT
 from impl.triton_env import TritonModeError
 from impl.upstream import compat
 from impl.upstream.dialects import load_dialect
@@ -37,7 +37,8 @@ from pathlib import Path
 import triton
 from fuzz.profiles import POOLS
 from fuzz.targets import pool_config
-from fuzz.upstream_verify import ROOT, Report, fuzz_pool, load_findings, upstream_config
+from fuzz.upstream_findings import ROOT, Report, load_findings
+from fuzz.upstream_verify import fuzz_pool, upstream_config
 from impl.upstream.dialects import supported_version
 from impl.upstream.target import SglangPool
 shape, cases, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])

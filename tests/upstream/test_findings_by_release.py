@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.upstream_verify import OUTCOMES, ROOT, Report, is_release, load_findings, write_outcomes
+from fuzz.upstream_findings import ROOT, Report, is_release, load_findings
+from fuzz.upstream_verify import OUTCOMES, write_outcomes
 from model.trace import Failure
 from upstream import findings_matrix
 

@@ -27,7 +27,7 @@ if importlib.util.find_spec("sglang") is None:
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
 from fuzz.targets import pool_config, retarget
-from fuzz.upstream_verify import ROOT, fuzz_excluded, load_findings
+from fuzz.upstream_findings import ROOT, fuzz_excluded, load_findings
 from fuzz.walker.walk import Walker
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused

@@ -26,7 +26,7 @@ if importlib.util.find_spec("sglang") is None:
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
 from fuzz.targets import retarget
-from fuzz.upstream_verify import ROOT, load_findings
+from fuzz.upstream_findings import ROOT, load_findings
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
 from impl.upstream.dialects import capabilities, load_dialect, paged_naive_path, supported_version, tree_cores

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from fuzz.profiles import POOLS, PROFILES
 from fuzz.run import run
 from fuzz.targets import retarget
-from fuzz.upstream_verify import ROOT, fuzz_excluded, load_findings
+from fuzz.upstream_findings import ROOT, fuzz_excluded, load_findings
 from impl.engine import ReferencePool
 from impl.target import PoolConfig, Refused
 from impl.upstream import spec

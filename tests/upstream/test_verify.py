@@ -19,7 +19,8 @@ if importlib.util.find_spec("sglang") is None:
     )
 
 from fuzz.targets import installed_sglang
-from fuzz.upstream_verify import ROOT, Finding, Report, check_findings, load_findings
+from fuzz.upstream_findings import ROOT, Finding, Report, load_findings
+from fuzz.upstream_verify import check_findings
 
 FINDINGS = ROOT / "upstream" / "findings.json"
 
