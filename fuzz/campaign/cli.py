@@ -112,6 +112,14 @@ def add_flags(c: argparse.ArgumentParser) -> None:
         help="turn on a fault switch (repeatable)",
     )
     c.add_argument(
+        "--fault-rate",
+        type=whole(0, 100),
+        default=0,
+        metavar="P",
+        help="fault plans (inner calls failed on purpose) in P%% of the walker's steps, and Hypothesis's arm_fault "
+        "rule; each point the pools install must fail at least once, or the campaign fails (default 0: none)",
+    )
+    c.add_argument(
         "--examples",
         type=whole(1, MAX_EXAMPLES),
         default=DEFAULT_EXAMPLES,
@@ -148,6 +156,7 @@ def cli(args: Any) -> int:
         tuple(configurations(pools, SWARMS)),
         git_commit(),
         args.engines,
+        args.fault_rate,
     )
     return run_campaign(plan).exit_code
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 
-def campaign_database(db: Path, pool: str, swarm: str, faults: list[str]) -> KeyedDatabase:
+def campaign_database(db: Path, pool: str, swarm: str, faults: list[str], plans: bool = False) -> KeyedDatabase:
     """The example database of one campaign configuration: the shared folder `db`, keyed by pool, swarm and
-    faults (HypoFuzz targets save under the same keys, so a campaign replays what they found)."""
-    return KeyedDatabase(DirectoryBasedExampleDatabase(str(db)), f"{pool}|{swarm}|{faults}")
+    faults (HypoFuzz targets save under the same keys, so a campaign replays what they found), and by fault plans
+    where the machine has its `arm_fault` rule (its examples draw other rules)."""
+    return KeyedDatabase(DirectoryBasedExampleDatabase(str(db)), f"{pool}|{swarm}|{faults}" + ("|plans" * plans))
 
 
 class KeyedDatabase(ExampleDatabase):

@@ -109,6 +109,7 @@ class Plan:
     configs: tuple[tuple[str, str], ...]
     commit: str
     engines: tuple[str, ...] = ENGINES
+    fault_rate: int = 0  # fault plans (`impl.fault_points`): a walker plans a failure in this % of its steps
 
     @property
     def walker_steps(self) -> int:
@@ -134,6 +135,7 @@ class Plan:
 
     def rerun_command(self) -> str:
         faults = "".join(f" --fault {f}" for f in self.faults)
+        faults += f" --fault-rate {self.fault_rate}" if self.fault_rate else ""
         return (
             f"python -m fuzz campaign --budget {self.budget_s:g}s --workers {self.workers} "
             f"--shard {self.shard[0]}/{self.shard[1]} --seed {self.seed_base} --target {self.target} "
@@ -149,7 +151,7 @@ def header(plan: Plan) -> list[str]:
     lines = [
         f"fuzz campaign: commit {plan.commit}, seed base {plan.seed_base}, shard {shard}/{shards}, "
         f"{plan.workers} workers, budget {plan.budget_s:g} s, target {plan.target}, "
-        f"faults {', '.join(plan.faults) or 'none'}",
+        f"faults {', '.join(plan.faults) or 'none'}, {_plans(plan.fault_rate)}",
         f"  engines {', '.join(cycle)} (worker w's unit k: position k + w + {offset} of that cycle); "
         f"seed of unit k of worker w: {plan.seed_base} + ((k * {plan.workers} + w) * {shards} + {shard - 1})",
     ]
@@ -161,6 +163,15 @@ def header(plan: Plan) -> list[str]:
         f"  example database {plan.db} (keyed by pool, swarm and faults); counterexamples and report in {plan.out}",
         f"  rerun: {plan.rerun_command()}",
     ]
+
+
+def _plans(rate: int) -> str:
+    if not rate:
+        return "no fault plans"
+    return (
+        f"fault plans in {rate}% of the walker's steps and wherever Hypothesis arms one (a point installed and "
+        "never failed by any unit fails the campaign)"
+    )
 
 
 def _engine_lines(plan: Plan, engine: str, offset: int) -> list[str]:

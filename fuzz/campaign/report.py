@@ -107,16 +107,18 @@ def markdown(report: dict[str, Any]) -> str:
             "",
         ]
     lines += _run_section(report) + _findings_section(report) + _recheck_section(report)
-    lines += _coverage_section(report) + _throughput_section(report)
+    lines += _coverage_section(report) + _points_section(report) + _throughput_section(report)
     return "\n".join(lines) + "\n"
 
 
 def _verdict(report: dict[str, Any]) -> str:
     if report["exit_code"] == EXIT_FAILED:
         return f"failed ({len(report['crashed'])} workers crashed)"
+    never = report.get("fault_points_never_failed", [])
+    unfired = f"; fault points never failed: {', '.join(text(p) for p in never)}" if never else ""
     if report["groups"]:
-        return f"{sum(g['count'] for g in report['groups'])} counterexamples, {found_line(report['groups'])}"
-    return "nothing found"
+        return f"{sum(g['count'] for g in report['groups'])} counterexamples, {found_line(report['groups'])}{unfired}"
+    return "nothing found" if not never else "no counterexample" + unfired
 
 
 def _run_section(report: dict[str, Any]) -> list[str]:
@@ -207,6 +209,23 @@ def _coverage_section(report: dict[str, Any]) -> list[str]:
         "|---|---|",
     ]
     return lines + [f"| {text(name)} | {seconds:.0f} |" for name, seconds in report["corners"].items()]
+
+
+def _points_section(report: dict[str, Any]) -> list[str]:
+    """The fault points: each installed one's calls and planned failures over every unit (plans only)."""
+    if not report.get("fault_rate"):
+        return []
+    return [
+        "## Fault points",
+        "",
+        f"Plans in {report['fault_rate']}% of the walker's steps and wherever Hypothesis armed one; a point the "
+        "pools installed that no unit failed fails the campaign.",
+        "",
+        "| point | calls reached | planned failures |",
+        "|---|---|---|",
+        *(f"| {text(p)} | {c['reached']:,} | {c['failed']:,} |" for p, c in report["fault_points"].items()),
+        "",
+    ]
 
 
 def _thinned(points: list[list[float]], most: int = 12) -> list[list[float]]:

@@ -22,12 +22,15 @@ SECONDS_PER_HOUR = 3600.0
 
 
 def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dict[int, str]) -> dict[str, Any]:
-    """The report: 70 if a worker crashed or a re-check crashed kvlife, else 1 if anything was found, else 0."""
+    """The report: 70 if a worker crashed or a re-check crashed kvlife, else 1 if anything was found or a fault
+    point the pools installed was never failed (with plans), else 0."""
     elapsed = time.time() - tally.start
     steps = sum(tally.steps.values())
     groups = sorted(tally.groups.values(), key=lambda g: (not g.false_alarm, g.kind, g.id, len(g.ops)))
     broken = crashed or any(r.status.startswith(INTERNAL_ERROR) for r in rechecked)
-    exit_code = EXIT_FAILED if broken else EXIT_FOUND if groups else EXIT_CLEAN
+    points = fault_points(tally.units)
+    never = [point for point, counts in points.items() if not counts["failed"]] if plan.fault_rate else []
+    exit_code = EXIT_FAILED if broken else EXIT_FOUND if groups or never else EXIT_CLEAN
     return {
         "commit": plan.commit,
         "seed_base": plan.seed_base,
@@ -36,6 +39,9 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "budget_s": plan.budget_s,
         "target": plan.target,
         "faults": list(plan.faults),
+        "fault_rate": plan.fault_rate,
+        "fault_points": points,
+        "fault_points_never_failed": never,
         "examples_per_unit": plan.examples,
         "steps_per_case": STEPS_PER_CASE,
         "walker_steps_per_example": plan.walker_steps,
@@ -65,6 +71,17 @@ def report_data(plan: Plan, tally: Tally, rechecked: list[Recheck], crashed: dic
         "crashed": {str(w): why for w, why in crashed.items()},
         "exit_code": exit_code,
     }
+
+
+def fault_points(units: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each fault point any unit's pools installed: its calls and planned failures over every unit."""
+    points: dict[str, dict[str, int]] = {}
+    for unit in units:
+        for point, (reached, failed) in unit.get("points", {}).items():
+            counts = points.setdefault(point, {"reached": 0, "failed": 0})
+            counts["reached"] += reached
+            counts["failed"] += failed
+    return points
 
 
 def _worker_stats(worker: int, tally: Tally) -> dict[str, Any]:
@@ -122,9 +139,12 @@ def _worker_line(stats: dict[str, Any], stall_s: float) -> str:
 def summary(report: dict[str, Any], out: Path) -> str:
     """The campaign's last line: its verdict, steps and rate, and where the report is."""
     found = sum(g["count"] for g in report["groups"])
+    never = report.get("fault_points_never_failed", [])
+    unfired = f"; fault points installed and never failed: {', '.join(never)}" if never else ""
     verdict = {
         EXIT_CLEAN: "nothing found",
-        EXIT_FOUND: f"{found} counterexamples: {found_line(report['groups'])}",
+        EXIT_FOUND: (f"{found} counterexamples: {found_line(report['groups'])}" if found else "no counterexample")
+        + unfired,
         EXIT_FAILED: f"the campaign failed (an internal error): {len(report['crashed'])} workers crashed, "
         f"{sum(r['status'].startswith(INTERNAL_ERROR) for r in report['rechecked'])} re-checks crashed",
     }[report["exit_code"]]

@@ -21,6 +21,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from fuzz.campaign.database import campaign_database
 from fuzz.campaign.plan import HYPOTHESIS, SHRINK_S, STEPS_PER_CASE, Plan, Unit
+from fuzz.fault_plans import PointCounts, fault_rate_key
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.machine import Recorder, build_machine
 from fuzz.profiles import POOLS, Profile
@@ -28,6 +29,7 @@ from fuzz.run import delete_steps
 from fuzz.walker.coverage import Transition, outcome, shape
 from fuzz.walker.rules import ids_by_status
 from model.trace import Failure, Trace, dump
+from properties.vocabulary import FAULT_POINTS
 
 
 class Progress(Protocol):
@@ -70,6 +72,13 @@ class UnitResult:
     shrunk: bool = False
     engine: str = HYPOTHESIS
     transitions: int = 0  # distinct abstract transitions the unit reached
+    # Each fault point the unit's pools installed, where it ran with plans: [calls reached, planned failures].
+    points: dict[str, list[int]] = field(default_factory=dict)
+
+
+def point_counts(counts: PointCounts) -> dict[str, list[int]]:
+    """A unit's `points`: each installed point's calls and planned failures."""
+    return {p: [counts.reached[p], counts.fired[p]] for p in FAULT_POINTS if p in counts.installed}
 
 
 UnitRunner = Callable[[Plan, Unit, UnitHooks], UnitResult]
@@ -88,8 +97,9 @@ def bound_shrinking() -> None:
 
 
 def unit_config(plan: Plan, unit: Unit) -> dict[str, Any]:
-    """The pool config a unit runs on: its pool shape on the campaign's target, with the campaign's faults."""
-    return {**POOLS[unit.pool], "target": plan.target, "faults": sorted(plan.faults)}
+    """The pool config a unit runs on: its pool shape on the campaign's target, with the campaign's faults and
+    fault plans."""
+    return {**POOLS[unit.pool], "target": plan.target, "faults": sorted(plan.faults), **fault_rate_key(plan.fault_rate)}
 
 
 @dataclass
@@ -163,13 +173,13 @@ def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
         dump(Trace(config, unit.seed, steps, failure, {**meta, "shrunk": True}), path)
         result.counterexample, result.failure, result.shrunk = str(path), asdict(failure), True
     result.steps, result.cases, result.seconds = recorder.total_steps, recorder.cases, time.perf_counter() - start
-    result.transitions = len(transitions)
+    result.transitions, result.points = len(transitions), point_counts(recorder.points)
     return result
 
 
 def _settings(plan: Plan, unit: Unit, config: dict[str, Any]) -> hypothesis.settings:
     profile = Profile("campaign", unit.examples, STEPS_PER_CASE, derandomize=False, keep_database=False)
-    database = campaign_database(plan.db, unit.pool, unit.swarm, config["faults"])
+    database = campaign_database(plan.db, unit.pool, unit.swarm, config["faults"], plans=bool(plan.fault_rate))
     return hypothesis.settings(
         profile.hypothesis_settings(plan.db), database=database, verbosity=hypothesis.Verbosity.quiet
     )

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fuzz.campaign.plan import SHRINK_S, WALKER, Plan, Unit
-from fuzz.campaign.unit import UnitHooks, UnitResult, counterexample_name, unit_config
+from fuzz.campaign.unit import UnitHooks, UnitResult, counterexample_name, point_counts, unit_config
 from fuzz.walker.coverage import Transition
 from fuzz.walker.hunt import hunt
 from fuzz.walker.walk import Walker, WalkResult
@@ -75,6 +75,7 @@ def run_walker_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
         unit.worker, unit.index, unit.seed, unit.pool, unit.swarm, unit.examples, walk.steps, walk.walks, 0.0
     )
     result.engine, result.transitions = WALKER, walk.coverage.distinct
+    result.points = point_counts(walk.points) if plan.fault_rate else {}  # a unit with plans reports its points
     if found.counterexample is not None and found.shrunk is not None:
         result.counterexample, result.shrunk = str(found.counterexample), True
         result.failure = asdict(found.shrunk.failure)
