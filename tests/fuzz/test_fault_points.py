@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fuzz.__main__ import main as fuzz_main
 from fuzz.fault_plans import Planner, PointCounts, barred, exclusion_names, plan_args, stage_of
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
@@ -79,6 +80,29 @@ def test_the_plan_travels_in_the_trace_and_replays(tmp_path: Path) -> None:
     assert result.failure is not None and result.failure.kind == "fault-not-rolled-back"
     clean = replay(Trace({**config, "faults": []}, None, trace.steps))
     assert clean.failure is None
+
+
+def test_an_injected_failure_replays_from_the_cli_and_is_emitted_as_a_regression(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan travels through `fuzz replay` (exit 1: reproduced) and `fuzz emit`: the emitted test replays it
+    without Hypothesis, passing on the pool without the switch and failing with it."""
+    config = {**POOLS["chunk-p1"], "faults": ["failed_alloc_keeps_rows"], "fault_rate": 5}
+    path = tmp_path / "ce.json"
+    steps = [Step("admit", {**ADMIT, **plan_args("kv_alloc")})]
+    failure = replay(Trace(config, None, steps)).failure
+    assert failure is not None and failure.id == "kv_alloc: leaked rows"
+    dump(Trace(config, None, steps, failure), path)
+    assert fuzz_main(["replay", str(path)]) == 1
+    assert fuzz_main(["emit", str(path), "--out", str(tmp_path / "regressions")]) == 0
+    (test_file,) = (tmp_path / "regressions").glob("test_*.py")
+    namespace: dict[str, object] = {}
+    exec(compile(test_file.read_text(), str(test_file), "exec"), namespace)
+    (test,) = [f for name, f in namespace.items() if name.startswith("test_")]
+    test()  # type: ignore[operator]
+    monkeypatch.setenv("KVLIFE_REGRESSION_FAULTS", "failed_alloc_keeps_rows")
+    with pytest.raises(AssertionError, match="kv_alloc: leaked rows"):
+        test()  # type: ignore[operator]
 
 
 @pytest.mark.parametrize(("key", "value"), [("fault", 4), ("fault", -1), ("fault_call", -1), ("fault_call", 4)])
