@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.drain import DRAIN
-from fuzz.fault_plans import barred, exclusion_names
+from fuzz.fault_plans import STAGES, barred, exclusion_names, stage_of
 from impl.fault_points import plan_of
 from impl.upstream.releases import published_releases
 from model.trace import (
@@ -55,7 +55,8 @@ class Finding:
     fuzz_exclude: frozenset[str] = frozenset()
     # Other (kind, id) failures the finding shows as in a trace that uses its trigger (a `fuzz_exclude` op or
     # request kind): which check trips first depends on what the trace does next.
-    symptoms: frozenset[tuple[str, str]] = frozenset()
+    # A symptom with a stage (`fuzz.fault_plans.STAGES`) counts only where the failing step is of that stage.
+    symptoms: frozenset[tuple[str, str, str]] = frozenset()  # (kind, id, stage or "" for any)
 
     def matches(self, failure: Failure | None, version: str) -> bool:
         """Whether `failure`, seen on `version`, is this finding: its kind and id, on a release it names or on a
@@ -72,7 +73,15 @@ class Finding:
         if failure is None or self.matches(failure, version):
             return failure is not None
         on_version = version in self.versions or not is_release(version)
-        return on_version and (failure.kind, failure.id) in self.symptoms and self.triggered_by(trace, failure)
+        return on_version and self._symptom(failure, trace) and self.triggered_by(trace, failure)
+
+    def _symptom(self, failure: Failure, trace: Trace) -> bool:
+        """Whether `failure` is one of the symptoms, at its stage where the symptom names one."""
+        failing = trace.steps[failure.step] if 0 <= failure.step < len(trace.steps) else None
+        stage = stage_of(failing.op, failing.args) if failing is not None else ""
+        return any(
+            (kind, name) == (failure.kind, failure.id) and at in ("", stage) for kind, name, at in self.symptoms
+        )
 
     def triggered_by(self, trace: Trace, failure: Failure | None = None) -> bool:
         """Whether the trace takes an op or draws a request kind that the finding's `fuzz_exclude` names, or its
@@ -135,6 +144,12 @@ def _expect(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == {"kind", "id"} and all(NAME.ok(v) for v in value.values())
 
 
+def _symptom(value: Any) -> bool:
+    if not isinstance(value, dict) or value.get("stage", "") not in ("", *STAGES):
+        return False
+    return _expect({key: v for key, v in value.items() if key != "stage"})
+
+
 PROSE = Rule(
     f"a string of at most {MAX_PROSE_CHARS} characters", lambda v: isinstance(v, str) and len(v) <= MAX_PROSE_CHARS
 )
@@ -150,8 +165,8 @@ FINDING_FIELDS: dict[str, tuple[Rule, Any]] = {
     "fuzz_exclude": (Rule("a list of op names (or kind:NAME)", _names), []),
     "symptoms": (
         Rule(
-            'a list of {"kind": NAME, "id": NAME}',
-            lambda v: isinstance(v, list) and len(v) <= 20 and all(_expect(x) for x in v),
+            f'a list of {{"kind": NAME, "id": NAME}}, each with an optional "stage" (one of {", ".join(STAGES)})',
+            lambda v: isinstance(v, list) and len(v) <= 20 and all(_symptom(x) for x in v),
         ),
         [],
     ),
@@ -202,7 +217,7 @@ def _finding(index: int, entry: Any) -> Finding:
         expect_kind=entry["expect"]["kind"],
         expect_id=entry["expect"]["id"],
         fuzz_exclude=frozenset(entry.get("fuzz_exclude", [])),
-        symptoms=frozenset((x["kind"], x["id"]) for x in entry.get("symptoms", [])),
+        symptoms=frozenset((x["kind"], x["id"], x.get("stage", "")) for x in entry.get("symptoms", [])),
     )
 
 

@@ -14,9 +14,11 @@ from fuzz.fault_plans import Planner, PointCounts, barred, exclusion_names, plan
 from fuzz.lockstep import Lockstep
 from fuzz.profiles import POOLS
 from fuzz.replay import replay
+from fuzz.upstream_findings import ROOT, Finding, FindingsError, load_findings
 from fuzz.walker.walk import Walker
 from impl.fault_points import FaultPlan, FaultPoints, plan_of
-from model.trace import Step, Trace, TraceError, dump, load, parse
+from model.trace import Failure, Step, Trace, TraceError, dump, load, parse
+from properties.vocabulary import BATCH_OPS
 
 ADMIT = {"req": 0, "prompt": 4, "n": 4, "family": 0, "kind": 0}
 
@@ -150,3 +152,42 @@ def test_the_walker_finds_the_missing_rollback() -> None:
     config = {**POOLS["chunk-p1"], "faults": ["failed_alloc_keeps_rows"], "fault_rate": 10}
     failures = [Walker(config, seed).run(steps=300).failure for seed in range(3)]
     assert any(f is not None and f.kind == "fault-not-rolled-back" for f in failures)
+
+
+def _finding(symptoms: frozenset[tuple[str, str, str]]) -> Finding:
+    return Finding(
+        "kept",
+        ("9.9.9",),
+        "contract-difference",
+        "upstream",
+        "summary",
+        Path("x.json"),
+        "fault-not-rolled-back",
+        "kv_alloc: leaked rows",
+        frozenset({"fault:kv_alloc@prefill", "fault:kv_alloc@round"}),
+        symptoms,
+    )
+
+
+def test_a_symptom_with_a_stage_counts_only_at_that_stage() -> None:
+    """A symptom naming a stage explains a failure only where the failing step is of that stage: slots a round's
+    prefill took and its decode's failure kept are the finding's, the same slots leaked by an admission are not."""
+    leaked = ("fault-not-rolled-back", "kv_alloc: leaked rows+leaked slots")
+    failure = Failure(0, *leaked, "")
+    admission = Trace({}, None, [Step("admit", {**ADMIT, **plan_args("kv_alloc")})])
+    round_args = {"size": 2, "op0": 0, "op1": BATCH_OPS.index("decode"), **plan_args("kv_alloc")}
+    mixed = Trace({}, None, [Step("batch", round_args)])
+    at_round = _finding(frozenset({(*leaked, "round")}))
+    assert at_round.shows_in(failure, "9.9.9", mixed)
+    assert not at_round.shows_in(failure, "9.9.9", admission)
+    anywhere = _finding(frozenset({(*leaked, "")}))
+    assert anywhere.shows_in(failure, "9.9.9", admission) and anywhere.shows_in(failure, "9.9.9", mixed)
+
+
+def test_a_symptom_with_an_unknown_stage_is_refused_naming_the_field(tmp_path: Path) -> None:
+    entry = json.loads((ROOT / "upstream" / "findings.json").read_text())["findings"][0]
+    entry["symptoms"] = [{"kind": "crash", "id": "x", "stage": "teardown"}]
+    path = tmp_path / "findings.json"
+    path.write_text(json.dumps({"findings": [entry]}))
+    with pytest.raises(FindingsError, match="symptoms"):
+        load_findings(path)
