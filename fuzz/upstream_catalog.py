@@ -446,6 +446,49 @@ _SCHEDULER = [
     ),
 ]
 
+# `process_batch_result_prefill` and the chunked request's stash (`Scheduler.stash_chunked_request`), run after
+# every prefill batch outside the harness's own open free group.
+_PREFILL_RESULT = [
+    SourceMutant(
+        "prefill-pass-skips-checkpoint",
+        RESULT,
+        "                    elif not batch.decoding_reqs or req not in batch.decoding_reqs:\n"
+        "                        checkpoint_kv_cache(req, self.tree_cache)\n",
+        "                    elif not batch.decoding_reqs or req not in batch.decoding_reqs:\n"
+        "                        pass\n",
+        "radix-p1",
+        "a finished prefill whose result pass skips the checkpoint: the prompt never reaches the tree, and the "
+        "request's prefix is not what its next step reads",
+    ),
+    SourceMutant(
+        "prefill-middle-chunk-kept",
+        RESULT,
+        "                    # being chunked reqs' prefill is not finished\n"
+        "                    req.inflight_middle_chunks -= 1\n                    # There is only",
+        "                    # being chunked reqs' prefill is not finished\n                    # There is only",
+        "chunk-p1",
+        "a middle chunk's count never taken back: the request's last chunk is taken for a middle one, its prefill "
+        "never finishes in the pass",
+    ),
+    SourceMutant(
+        "prefill-pass-group-left-open",
+        RESULT,
+        "                    req.time_stats.set_last_chunked_prefill_finish_time()\n\n"
+        "        self.token_to_kv_pool_allocator.free_group_end()\n",
+        "                    req.time_stats.set_last_chunked_prefill_finish_time()\n\n",
+        "chunk-p1",
+        "a prefill result pass that never closes its free group: every later free deferred",
+    ),
+    SourceMutant(
+        "chunked-stash-skipped",
+        SCHEDULER,
+        "        else:\n            checkpoint_kv_cache(req, self.tree_cache)\n\n    def process_pending_chunked_abort",
+        "        else:\n            pass\n\n    def process_pending_chunked_abort",
+        "chunk-p1",
+        "a chunked request not stashed between chunks (#33996's shape): its next chunk planned from a stale prefix",
+    ),
+]
+
 # `ScheduleBatch.retract_decode`, run on the running batch by the decode retraction step.
 _RETRACTION = [
     SourceMutant(
@@ -670,6 +713,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_PD,
     *_BATCHES,
     *_SCHEDULER,
+    *_PREFILL_RESULT,
     *_RETRACTION,
     *_ROUND,
     *_PAUSE,

@@ -79,9 +79,7 @@ class Finding:
         """Whether `failure` is one of the symptoms, at its stage where the symptom names one."""
         failing = trace.steps[failure.step] if 0 <= failure.step < len(trace.steps) else None
         stage = stage_of(failing.op, failing.args) if failing is not None else ""
-        return any(
-            (kind, name) == (failure.kind, failure.id) and at in ("", stage) for kind, name, at in self.symptoms
-        )
+        return any((kind, name) == (failure.kind, failure.id) and at in ("", stage) for kind, name, at in self.symptoms)
 
     def triggered_by(self, trace: Trace, failure: Failure | None = None) -> bool:
         """Whether the trace takes an op or draws a request kind that the finding's `fuzz_exclude` names, or its

@@ -128,6 +128,18 @@ class SchedulerHost:
         result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
         self.processor.process_batch_result_decode(batch, result)
 
+    def prefill_result(self, batch: Any, tokens: list[int]) -> None:
+        """The result pass of a prefill batch (`process_batch_result_prefill`): the model worker sampled `tokens`,
+        one per request of `batch` in order."""
+        from sglang.srt.managers.utils import GenerationBatchResult
+
+        result = GenerationBatchResult(next_token_ids=torch.tensor(tokens, dtype=torch.int64))
+        self.processor.process_batch_result_prefill(batch, result)
+
+    def stash_chunked(self, req: Any) -> None:
+        """`Scheduler.stash_chunked_request(req)`: the chunked request's stash at the top of the next round."""
+        self.scheduler.stash_chunked_request(req)
+
     def finish_check(self, req: Any, batch: Any, accepted: int = 0) -> None:
         """The per-request body of the result pass once the step's `accepted` tokens are in `output_ids` (0: a
         request that samples nothing more): its finish check (`Req.update_finish_state(accepted)`: a pending

@@ -227,14 +227,14 @@ class SglangPool(SchedulerGlue[_Request]):
         extend_batch = self._prepare_prefill(plan)
         if plan.decode:
             self._decode_all(plan)
-        own_group = plan.prefill and not self._group_open()  # the result pass's group: its stashes free there
-        if own_group:
-            self.allocator.free_group_begin()
-        for index, (rid, entry, extend) in enumerate(plan.prefill):
-            self._extend_result(entry, extend, self.dialect.split_batch(extend_batch, index))
-            self.reqs[rid] = entry
-        if own_group:
-            self.allocator.free_group_end()
+        if plan.prefill and not self._group_open():
+            self._prefill_result(extend_batch, plan)  # upstream's result pass, in its own free group
+        else:
+            # Inside the harness's own open group (the scheduler never runs a pass inside one: the pass opens its
+            # own): each prefill entry's stash, the pass's body for it.
+            for index, (rid, entry, extend) in enumerate(plan.prefill):
+                self._extend_result(entry, extend, self.dialect.split_batch(extend_batch, index))
+                self.reqs[rid] = entry
         return [int(self.dialect.row(self._get(rid).req) or 0) for rid in plan.rids]
 
     @_logged
@@ -599,7 +599,10 @@ class SglangPool(SchedulerGlue[_Request]):
         """An upstream `Req` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
         if family < 0:
             raise Refused(f"family must be non-negative, got {family}")
-        req = self.dialect.new_req(rid, max_new_tokens=self.config.width, skip_insert=kind == KIND_SKIP_INSERT)
+        # Past any length a row holds: no result pass finishes a request by length unless a step arms the cap (the
+        # prefill pass's appended token included, `_prefill_result`).
+        cap = self.config.width + 1
+        req = self.dialect.new_req(rid, max_new_tokens=cap, skip_insert=kind == KIND_SKIP_INSERT)
         entry = _Request(req, prompt_len, family)
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
         return entry
@@ -742,6 +745,30 @@ class SglangPool(SchedulerGlue[_Request]):
             entry.status = ReqStatus.DECODING
             if entry.req.finished():
                 self._finished_in_pass(entry)
+
+    def _prefill_result(self, batch: Any, plan: BatchPlan[_Request]) -> None:
+        """`process_batch_result_prefill` over the prefill entries, the model worker having sampled each one's next
+        token; an entry whose extend ends short of its prompt is a middle chunk (`inflight_middle_chunks`, as the
+        scheduler marks its chunked request when it plans the batch), stashed by `stash_chunked_request` as the
+        next round's `get_next_batch_to_run` does. The pass appends a finished prefill's first sampled token to
+        `output_ids`; the harness's outputs carry one token per KV position, and that token's KV is the next
+        decode's, which appends it: the token is taken back off after the pass."""
+        entries = plan.prefill
+        middle = [extend.seq_len != extend.prompt_len for _, _, extend in entries]
+        outputs = [len(entry.req.output_ids) for _, entry, _ in entries]
+        for (_, entry, _), chunk in zip(entries, middle, strict=True):
+            entry.req.inflight_middle_chunks += chunk
+        tokens = [output_token(rid, extend.seq_len) for rid, _, extend in entries]
+        self._upstream(functools.partial(self.host.prefill_result, batch, tokens))
+        for index, ((rid, entry, extend), chunk, before) in enumerate(zip(entries, middle, outputs, strict=True)):
+            req = entry.req
+            if chunk:
+                self._upstream(functools.partial(self.host.stash_chunked, req))
+            elif len(req.output_ids) == before + 1 and not req.finished():
+                req.output_ids.pop()
+            entry.batch, entry.prompt_len = self.dialect.split_batch(batch, index), extend.prompt_len
+            entry.status = ReqStatus.RUNNING if chunk else ReqStatus.DECODING
+            self.reqs[rid] = entry
 
     def _extend_result(self, entry: _Request, plan: ExtendPlan, batch: Any) -> None:
         """The result pass of one prefill entry: the stash, its status, and its own batch for the next decode."""

@@ -34,6 +34,7 @@ if capabilities().version not in VERSIONS:
         allow_module_level=True,
     )
 
+from impl.fault_points import FaultyMethod
 from impl.target import PoolConfig, Refused
 from impl.upstream.dialects import (
     GLUE_ATTR_PREFIX,
@@ -67,9 +68,10 @@ def shapes() -> list[PoolConfig]:
 
 def field_names(obj: object) -> set[str]:
     """The instance fields of `obj`: its `__dict__`, else every `__slots__` of its classes; never the attributes
-    the adapter itself sets on upstream's objects (`GLUE_ATTR_PREFIX`: its bookkeeping, not upstream's fields)."""
+    the adapter itself sets on upstream's objects (`GLUE_ATTR_PREFIX`: its bookkeeping, not upstream's fields;
+    a fault point's wrapper of a method, `impl.fault_points.FaultyMethod`, which stands where the method is)."""
     if hasattr(obj, "__dict__"):
-        names = set(vars(obj))
+        names = {name for name, value in vars(obj).items() if not isinstance(value, FaultyMethod)}
     else:
         names = {name for cls in type(obj).__mro__ for name in getattr(cls, "__slots__", ())}
     return {name for name in names if not name.startswith(GLUE_ATTR_PREFIX)}
