@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
 from fuzz.drain import DRAIN, drain_args, drains
-from fuzz.fault_plans import HARNESS_STEPS, PointCounts, barred, installed_points, plan_args, planned
+from fuzz.fault_plans import HARNESS_STEPS, barred, installed_points, plan_args, planned
 from fuzz.lockstep import Lockstep, StepFailed
 from fuzz.targets import target_ops
 from fuzz.unchecked import unchecked
@@ -136,7 +136,6 @@ class Recorder:
     cases: int = 0
     ops: dict[str, int] = field(default_factory=dict)
     corners: dict[str, int] = field(default_factory=dict)
-    points: PointCounts = field(default_factory=PointCounts)  # the fault points' calls and failures, every case's
 
 
 def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
@@ -206,12 +205,8 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
 
         def teardown(self) -> None:
             # Every case that passed ends with a drain (`fuzz.drain`), unless the run excludes it.
-            try:
-                if not self.failed and drained:
-                    self._do(DRAIN, drain_args(recorder.exclude))
-            finally:
-                if planned_points:  # a run with plans counts its points, a failing case's too
-                    recorder.points.add(self.lock.target.fault_points)
+            if not self.failed and drained:
+                self._do(DRAIN, drain_args(recorder.exclude))
             # Steer towards crowded pools, where rows, slots and tree pages run out and get shared.
             target(float(self.most_rows_held), label="most rows held at once")
             target(float(self.most_slots_held), label="most slots out of the free list at once")

@@ -158,9 +158,15 @@ def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
 
     path_written: list[Path] = []
     transitions: dict[Transition, int] = {}
-    recorder = Recorder(
-        config, unit.swarm, driver=lambda c: CountingLockstep(c, transitions=transitions), on_failure=keep_raw
-    )
+    seen: list[Any] = []  # each test case's fault points (a run with plans counts them all)
+
+    def driver(c: dict[str, Any]) -> CountingLockstep:
+        lock = CountingLockstep(c, transitions=transitions)
+        if plan.fault_rate:
+            seen.append(lock.target.fault_points)
+        return lock
+
+    recorder = Recorder(config, unit.swarm, driver=driver, on_failure=keep_raw)
     hooks.started(MachineProgress(recorder, transitions))
     test = _seeded(get_state_machine_test(build_machine(recorder), settings=_settings(plan, unit, config)), unit.seed)
     result = UnitResult(unit.worker, unit.index, unit.seed, unit.pool, unit.swarm, unit.examples, 0, 0, 0.0)
@@ -173,7 +179,10 @@ def run_unit(plan: Plan, unit: Unit, hooks: UnitHooks) -> UnitResult:
         dump(Trace(config, unit.seed, steps, failure, {**meta, "shrunk": True}), path)
         result.counterexample, result.failure, result.shrunk = str(path), asdict(failure), True
     result.steps, result.cases, result.seconds = recorder.total_steps, recorder.cases, time.perf_counter() - start
-    result.transitions, result.points = len(transitions), point_counts(recorder.points)
+    counts = PointCounts()
+    for points in seen:
+        counts.add(points)
+    result.transitions, result.points = len(transitions), point_counts(counts) if plan.fault_rate else {}
     return result
 
 
