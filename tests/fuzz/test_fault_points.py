@@ -19,6 +19,7 @@ from fuzz.walker.walk import Walker
 from impl.fault_points import FaultPlan, FaultPoints, plan_of
 from model.trace import Failure, Step, Trace, TraceError, dump, load, parse
 from properties.vocabulary import BATCH_OPS
+from tests.emitted import emitted_test
 
 ADMIT = {"req": 0, "prompt": 4, "n": 4, "family": 0, "kind": 0}
 
@@ -96,15 +97,11 @@ def test_an_injected_failure_replays_from_the_cli_and_is_emitted_as_a_regression
     assert failure is not None and failure.id == "kv_alloc: leaked rows"
     dump(Trace(config, None, steps, failure), path)
     assert fuzz_main(["replay", str(path)]) == 1
-    assert fuzz_main(["emit", str(path), "--out", str(tmp_path / "regressions")]) == 0
-    (test_file,) = (tmp_path / "regressions").glob("test_*.py")
-    namespace: dict[str, object] = {}
-    exec(compile(test_file.read_text(), str(test_file), "exec"), namespace)
-    (test,) = [f for name, f in namespace.items() if name.startswith("test_")]
-    test()  # type: ignore[operator]
+    test = emitted_test(path, tmp_path / "regressions")
+    test()
     monkeypatch.setenv("KVLIFE_REGRESSION_FAULTS", "failed_alloc_keeps_rows")
     with pytest.raises(AssertionError, match="kv_alloc: leaked rows"):
-        test()  # type: ignore[operator]
+        test()
 
 
 @pytest.mark.parametrize(("key", "value"), [("fault", 4), ("fault", -1), ("fault_call", -1), ("fault_call", 4)])

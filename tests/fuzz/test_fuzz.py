@@ -15,6 +15,7 @@ from fuzz.replay import load_trace, replay
 from fuzz.run import run
 from model.__main__ import main as prove_main
 from model.trace import Failure, load
+from tests.emitted import emitted_test
 
 QUICK = Profile("test", max_examples=60, steps_per_case=20, derandomize=True, keep_database=False)
 # Hunting a fault stops at the first failure, so a larger budget costs only when the fault hides.
@@ -149,17 +150,13 @@ def test_emitted_regression_fails_with_the_fault_and_passes_without(
 ) -> None:
     result = _run(tmp_path, ["legacy_reuse_guard"])
     assert result.counterexample is not None
-    assert fuzz_main(["emit", str(result.counterexample), "--out", str(tmp_path / "regressions")]) == 0
-    (test_file,) = (tmp_path / "regressions").glob("test_*.py")
-    namespace: dict[str, object] = {}
-    exec(compile(test_file.read_text(), str(test_file), "exec"), namespace)
-    (test,) = [f for name, f in namespace.items() if name.startswith("test_")]
-    test()  # type: ignore[operator]
+    test = emitted_test(result.counterexample, tmp_path / "regressions")
+    test()
     monkeypatch.setenv("KVLIFE_REGRESSION_FAULTS", "legacy_reuse_guard")
     recorded = load(result.counterexample).failure
     assert recorded is not None
     with pytest.raises(AssertionError, match=re.escape(f"kind='{recorded.kind}', id='{recorded.id}'")):
-        test()  # type: ignore[operator]
+        test()
 
 
 def test_verbose_replay_shows_model_and_pool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
