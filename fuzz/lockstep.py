@@ -14,6 +14,7 @@ from typing import Any
 
 from fuzz.drain import DRAIN, drain
 from fuzz.retraction import OriginLedger, retracted_choice
+from fuzz.rounds import round_choice
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
 from impl.fault_points import Shot, plan_of
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, Cause, PoolSnapshot, Refused, Target
@@ -22,6 +23,7 @@ from model.concrete import Model
 from model.decode_round import DECODE_ROUND
 from model.interp import PY
 from model.pause_retract import PAUSE_RETRACT
+from model.prefill_round import PREFILL_ROUND
 from model.retract_decode import RETRACT_DECODE
 from model.trace import Failure, Step
 from properties.abstraction import Observation, observe
@@ -51,6 +53,8 @@ _CALLS: dict[str, Call] = {
     "retract_decode": lambda t, a: t.retract_decode(),
     "decode_round": lambda t, a: t.decode_round(),
     "pause_retract": lambda t, a: t.pause_retract(),
+    "queue": lambda t, a: t.queue(a["req"], a["prompt"], family=a["family"], kind=a.get("kind", 0)),
+    PREFILL_ROUND: lambda t, a: t.prefill_round(),
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),
     "flush": lambda t, a: t.flush(),
@@ -273,7 +277,7 @@ class Lockstep:
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
         if op == "batch":
             return self.target.peek_batch_evictable(batch_entries(inputs))
-        if op in UNLOCKING:  # a lower bound: what each retraction unlocks may be evicted too
+        if op in UNLOCKING or op == PREFILL_ROUND:  # a bound: a retraction's unlocks, a round's picks unknown
             return self.snap.evictable_size
         rid = inputs["req"]
         if op == "admit":
@@ -297,6 +301,9 @@ class Lockstep:
         action = self.model.action(op)
         choice: dict[str, int] = {}
         evicted = sum(freed for _, freed in evictions)
+        if op == PREFILL_ROUND:
+            on_demand = evicted if self.config.get("evict_on_demand") else 0
+            return {**round_choice(result, before, after, self.model.state.rec_kind, evicted), "evicted": on_demand}
         if op == "pp_profile":
             choice.update(_profiled_row(before, after))
         elif "row" in action.choice:

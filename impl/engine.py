@@ -36,6 +36,7 @@ from impl.fault_points import FaultPoints, install
 from impl.faults import NO_FAULTS, FaultSet
 from impl.field_copy import FieldCopy
 from impl.paged_allocator import PagedTokenToKVPoolAllocator
+from impl.prefill_adder import plan_round
 from impl.prefix_cache import PrefixCache
 from impl.radix_cache import RadixCache, TreeNode
 from impl.records import Req, ReqStatus, output_token
@@ -49,6 +50,7 @@ from impl.release import (
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import (
+    Admitted,
     OFFLOAD_FROM_ZERO,
     Cause,
     Eviction,
@@ -94,6 +96,8 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
             "retract_decode",
             "decode_round",
             "pause_retract",
+            "queue",
+            "prefill_round",
             "abort",
             "offload_release",
             "evict",
@@ -156,6 +160,20 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         plan = self._plan_batch(entries, checked=not unchecked)
         rows = self._contract(lambda: self._run_batch(plan))
         return [rows[rid] for rid in plan.rids]
+
+    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL) -> None:
+        """A new request in the waiting queue, holding nothing; a prefill round (or an extend) admits it."""
+        self._queued_entry(rid, prompt_len, family, kind)
+
+    def prefill_round(self) -> list[Admitted]:
+        """The scheduler's prefill round with the reference adder (`impl.prefill_adder`): the batch it picks, run
+        as a batch is (rows, then slots, then each entry's stash in the result pass); what ran, in order."""
+        chunked = [rid for rid, _ in self._round_chunked()]
+        plan = plan_round(self, chunked)
+        if plan is None:
+            return []
+        rows = self._contract(lambda: self._run_batch(plan))
+        return [Admitted(rid, extend.start, extend.seq_len, rows[rid]) for rid, _, extend in plan.prefill]
 
     def _run_batch(self, plan: BatchPlan[Req]) -> dict[int, int]:
         """The batch's pool steps; each request's row, as the allocation handed it out."""

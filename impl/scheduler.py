@@ -192,6 +192,30 @@ class SchedulerGlue(ABC, Generic[E]):
         if kind not in KIND_NAMES:
             raise Refused(f"kind must be one of {sorted(KIND_NAMES)} ({', '.join(KIND_NAMES.values())}), got {kind}")
 
+    def _queued_entry(self, rid: int, prompt_len: int, family: int, kind: int) -> E:
+        """A new request in the waiting queue (`_add_request_to_queue`), holding nothing, registered; refused as
+        an admission is, an open-ended prompt included (the adder needs the whole prompt)."""
+        if prompt_len is None:
+            raise Refused("a queued request needs its whole prompt")
+        self._check_admission(rid, prompt_len, kind)
+        entry = self._new_entry(rid, prompt_len, family, kind)
+        entry.status = ReqStatus.WAITING
+        self.reqs[rid] = entry
+        return entry
+
+    def _round_chunked(self) -> list[tuple[int, E]]:
+        """The chunked request a prefill round continues (none or one), refused before anything runs where a free
+        group is open (the scheduler plans between result passes), more than one request is mid-prefill (the
+        scheduler has one chunked request) or nothing waits and nothing is mid-prefill."""
+        if self._group_open():
+            raise Refused("a prefill round is planned between result passes, with no free group open")
+        chunked = [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.RUNNING]
+        if len(chunked) > 1:
+            raise Refused(f"{len(chunked)} requests are mid-prefill; the scheduler has one chunked request")
+        if not chunked and not any(e.status is ReqStatus.WAITING for e in self.reqs.values()):
+            raise Refused("no request waits and none is mid-prefill")
+        return chunked
+
     def _busy(self) -> list[int]:
         """Requests that keep the scheduler from being idle (`is_fully_idle`): not finished, or holding a row."""
         return sorted(
@@ -256,13 +280,13 @@ class SchedulerGlue(ABC, Generic[E]):
 
     # -- batches ----------------------------------------------------------------------------------------
 
-    def _plan_batch(self, entries: list[BatchEntry], checked: bool = True) -> BatchPlan[E]:
+    def _plan_batch(self, entries: list[BatchEntry], checked: bool = True, limit: int = MAX_BATCH) -> BatchPlan[E]:
         """Plan every entry as its own call would be planned, then check the batch fits as a whole: upstream's
         scheduler admits a batch whose rows and slots (prefill and decode, less what the tree could evict once
         the batch's matches are locked) it can cover, and allocates it all at once. Unchecked, the budget is
         left to the allocation paths, which must refuse a batch that does not fit (upstream's fail-loud
         RuntimeError) as a caller that skipped or misjudged the budget meets them."""
-        plan = self._plan_entries(entries)
+        plan = self._plan_entries(entries, limit)
         if not checked:
             return plan
         ps = self.config.page_size
@@ -272,12 +296,12 @@ class SchedulerGlue(ABC, Generic[E]):
         self._check_capacity(rows, slots, len(_locking(plan)))
         return plan
 
-    def _plan_entries(self, entries: list[BatchEntry]) -> BatchPlan[E]:
+    def _plan_entries(self, entries: list[BatchEntry], limit: int = MAX_BATCH) -> BatchPlan[E]:
         """Each entry planned as its own call would be (refusing what the scheduler would not schedule), the
         batch's capacity not yet checked."""
         rids = [args.get("req", -1) for _, args in entries]
-        if not 1 <= len(entries) <= MAX_BATCH:
-            raise Refused(f"a batch has 1 to {MAX_BATCH} entries, got {len(entries)}")
+        if not 1 <= len(entries) <= limit:
+            raise Refused(f"a batch has 1 to {limit} entries, got {len(entries)}")
         if len(set(rids)) != len(rids):
             raise Refused(f"a batch schedules each request once, got {rids}")
         prefill: list[tuple[int, E, ExtendPlan]] = []

@@ -177,6 +177,18 @@ class Retracted:
 
 
 @dataclass(frozen=True)
+class Admitted:
+    """One request a prefill round ran (`prefill_round`), in the batch's order: its extend computed positions
+    `[start, seq_len)` (`start` the matched prefix of a request it admitted, the committed length of the chunked
+    one it continued) on `row`."""
+
+    rid: int
+    start: int
+    seq_len: int
+    row: int
+
+
+@dataclass(frozen=True)
 class Eviction:
     """One eviction a call made on its own (on-demand, inside an allocation or a retraction): the tokens it
     asked the tree for and the tokens the tree freed. `take_evictions` hands back those made since the last
@@ -234,6 +246,8 @@ class Target(Protocol):
     def retract_decode(self) -> Retracted: ...
     def decode_round(self) -> Retracted: ...
     def pause_retract(self) -> None: ...
+    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = 0) -> None: ...
+    def prefill_round(self) -> list[Admitted]: ...
     def abort(self, rid: int) -> None: ...
     def offload_release(self, rid: int, sentinel: int = 0) -> None: ...
 

@@ -412,6 +412,26 @@ ADMIT = evicting(
     )
 )
 
+QUEUE_PARAMS = (("req", "req"), ("prompt", "len"), ("family", "len"), ("kind", "len"))
+
+
+def _queue_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
+    """A new request, its prompt in a row's width, of a known kind (what `_add_request_to_queue` is handed)."""
+    req, prompt, kind = a["req"], a["prompt"], a["kind"]
+    shape = o.And(req >= 0, prompt >= 1, prompt <= p.width)
+    known = o.Or(kind == KIND_NORMAL, kind == KIND_SKIP_INSERT)
+    return o.And(shape, known, _status(o, s, req) == STATUS_NEW)
+
+
+def _queue_update(o: Any, p: Sizes, s: State, a: Args) -> State:
+    """The request waits in the queue holding nothing, as a retracted one does; an extend admits it."""
+    s = _set(o, s, a["req"], rec_prompt=a["prompt"], rec_kind=a["kind"])
+    return _set_status(o, s, a["req"], STATUS_WAITING)
+
+
+# A request the scheduler queued and has not admitted yet (`Scheduler._add_request_to_queue`).
+QUEUE = Action("queue", QUEUE_PARAMS, _queue_enabled, _queue_update)
+
 EXTEND_PARAMS = (("req", "req"), ("n", "len"), ("prefix", "len"), ("row", "row"), ("dup", "len"))
 
 
@@ -884,6 +904,7 @@ GROUP_END = Action("group_end", (), lambda o, p, s, a: True, _group_end_update)
 
 CONTRACT: tuple[Action, ...] = (
     ADMIT,
+    QUEUE,
     EXTEND,
     DECODE,
     SPEC_PREPARE,

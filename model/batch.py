@@ -35,27 +35,32 @@ PREFILL_OPS = frozenset({"admit", "extend"})
 # An entry's arguments, as its atomic action names them; slot i carries them suffixed with i.
 ENTRY_FIELDS = ("req", "n", "prompt", "family", "kind", "prefix", "row")
 _SORTS = {"req": "req", "row": "row"}
-BATCH_PARAMS = (
-    ("size", "len"),
-    *((f"op{i}", "len") for i in range(MAX_BATCH)),
-    *((f"{name}{i}", _SORTS.get(name, "len")) for i in range(MAX_BATCH) for name in ENTRY_FIELDS),
-    ("dup", "len"),
-    # 1: the caller skipped the scheduler's budget and the allocation paths must refuse what does not fit; the
-    # model judges the batch the same either way.
-    ("unchecked", "len"),
-    *EVICT_PARAMS,
-)
+def batch_params(limit: int) -> tuple[tuple[str, str], ...]:
+    """A batch's arguments with `limit` entry slots."""
+    return (
+        ("size", "len"),
+        *((f"op{i}", "len") for i in range(limit)),
+        *((f"{name}{i}", _SORTS.get(name, "len")) for i in range(limit) for name in ENTRY_FIELDS),
+        ("dup", "len"),
+        # 1: the caller skipped the scheduler's budget and the allocation paths must refuse what does not fit; the
+        # model judges the batch the same either way.
+        ("unchecked", "len"),
+        *EVICT_PARAMS,
+    )
+
+
+BATCH_PARAMS = batch_params(MAX_BATCH)
 # A step names only the slots it uses, and of those only the fields their op takes: the rest are 0.
 BATCH_OPTIONAL = frozenset(name for name, _ in BATCH_PARAMS) - {"size"}
 BATCH_CHOICE = (*(f"row{i}" for i in range(MAX_BATCH)), "dup", "evicted")
 Entry = tuple[str, dict[str, Any]]
 
 
-def entries(a: dict[str, Any]) -> list[Entry] | None:
+def entries(a: dict[str, Any], limit: int = MAX_BATCH) -> list[Entry] | None:
     """The batch's entries, prefill ones first then decodes (each in slot order), with the arguments their atomic
     actions take; None for a malformed batch (a size out of range, an unknown op, a request twice)."""
     size = a["size"]
-    if not 1 <= size <= MAX_BATCH or any(not 0 <= a[f"op{i}"] < len(ENTRY_OPS) for i in range(size)):
+    if not 1 <= size <= limit or any(not 0 <= a[f"op{i}"] < len(ENTRY_OPS) for i in range(size)):
         return None
     found = [(ENTRY_OPS[a[f"op{i}"]], _entry_args(a, i)) for i in range(size)]
     if len({args["req"] for _, args in found}) != size:
@@ -71,8 +76,8 @@ def _first_free_row(p: Sizes, s: State) -> int:
     return next((r for r in range(1, p.rows + 1) if not s.row_held.get(r)), 0)
 
 
-def batch_action(table: dict[str, Action]) -> Action:
-    """The batch over `table`'s extend and decode (a fault's variant where one is on)."""
+def batch_action(table: dict[str, Action], limit: int = MAX_BATCH) -> Action:
+    """The batch over `table`'s extend and decode (a fault's variant where one is on), of up to `limit` entries."""
 
     def inner(op: str) -> Action:
         action = table[op]
@@ -84,7 +89,7 @@ def batch_action(table: dict[str, Action]) -> Action:
 
     def enabled(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
         assert isinstance(o, PyOps), "the batch is judged by the executable model only"
-        found = entries(a)
+        found = entries(a, limit)
         if found is None:
             return False
         s = _room(o, p, s, a)
@@ -95,7 +100,7 @@ def batch_action(table: dict[str, Action]) -> Action:
         return True
 
     def choice_ok(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
-        found = entries(a)
+        found = entries(a, limit)
         if found is None or not _eviction_ok(o, p, s, a):
             return False
         s = _after_eviction(o, p, s, a)
@@ -112,7 +117,7 @@ def batch_action(table: dict[str, Action]) -> Action:
         return _dup_total_ok(p, s, inserts, a["dup"])
 
     def update(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> State:
-        found = entries(a)
+        found = entries(a, limit)
         assert found is not None
         s = _after_eviction(o, p, s, a)
         for op, e in found:
@@ -127,7 +132,9 @@ def batch_action(table: dict[str, Action]) -> Action:
         extra = a["dup"] - low_total if p.radix else 0  # what the inserts found cached beyond what they locked
         return freed(o, s.but(tree_slots=s.tree_slots - extra), extra)
 
-    return Action("batch", BATCH_PARAMS, enabled, update, choice_ok, choice=BATCH_CHOICE, optional=BATCH_OPTIONAL)
+    params = batch_params(limit)
+    optional = frozenset(name for name, _ in params) - {"size"}
+    return Action("batch", params, enabled, update, choice_ok, choice=BATCH_CHOICE, optional=optional)
 
 
 def _low(o: Any, p: Sizes, s: State, e: dict[str, Any]) -> int:

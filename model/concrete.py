@@ -9,6 +9,7 @@ from model.batch import BATCH_OPTIONAL, batch_action
 from model.decode_round import decode_round_action
 from model.interp import PY
 from model.pause_retract import pause_retract_action
+from model.prefill_round import prefill_round_action
 from model.retract_decode import retract_decode_action
 from model.state import Sizes, State, initial
 from properties.abstraction import Observation, RecordObs
@@ -20,12 +21,13 @@ BATCH_DEFAULTS = dict.fromkeys(BATCH_OPTIONAL, 0)
 
 def executable_actions(table: dict[str, Action]) -> tuple[Action, ...]:
     """The steps judged by the executable model only, built over `table`'s atomic actions: the batch, the decode
-    retraction, the decode round and the retract-mode pause."""
+    retraction, the decode round, the retract-mode pause and the prefill round."""
     return (
         batch_action(table),
         retract_decode_action(table),
         decode_round_action(table),
         pause_retract_action(table),
+        prefill_round_action(table),
     )
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from properties.interning import Interned
 from properties.snapshot import SnapshotLike
-from properties.vocabulary import STATUS_CODES
+from properties.vocabulary import STATUS_CODES, STATUS_WAITING
 
 # What a released record's `cache_protected_len` reads as: no contract path reads it before a re-admission
 # matches afresh, and versions leave it differently (0.5.18 as it was, 0.5.23's finishing checkpoint moves it
@@ -80,12 +81,20 @@ class Observation:
         return out
 
 
+def match_only(rec: Any) -> bool:
+    """A waiting record that holds nothing, whose protected length is only its last prefix match: upstream's
+    adder matches every request it considers (`init_next_round_input`) and keeps the match on one it turns down,
+    and every admission matches again before anything reads it (`cache_protected_len = prefix_len`)."""
+    waiting = STATUS_CODES.get(rec.status) == STATUS_WAITING
+    return waiting and rec.row is None and not rec.tree_locked and rec.committed_len == rec.allocated_len == 0
+
+
 def observe(snap: SnapshotLike) -> Observation:
     records = {
         rid: RecordObs.of(
             STATUS_CODES[rec.status],
             0 if rec.row is None else rec.row,
-            rec.protected_len,
+            0 if match_only(rec) else rec.protected_len,
             rec.committed_len,
             rec.allocated_len,
             rec.inflight_middle_chunks,

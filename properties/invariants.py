@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from properties.abstraction import match_only
 from properties.snapshot import SnapshotLike
 from properties.vocabulary import (
     LIVE_STATUSES,
@@ -295,8 +296,7 @@ def _never_admitted_check(snap: SnapshotLike) -> list[str]:
         f"waiting request {rid} keeps row={rec.row}, P={rec.protected_len}, C={rec.committed_len}, "
         f"A={rec.allocated_len}, lock={rec.tree_locked}"
         for rid, rec in snap.records.items()
-        if STATUS_CODES.get(rec.status) == STATUS_WAITING
-        and (rec.row is not None or rec.protected_len or rec.committed_len or rec.allocated_len or rec.tree_locked)
+        if STATUS_CODES.get(rec.status) == STATUS_WAITING and not match_only(rec)
     ]
 
 

@@ -49,6 +49,9 @@ KIND_EXCLUSIONS = {f"kind:{name}": kind for kind, name in KIND_NAMES.items() if 
 # The most extends and decodes one batch step schedules together (targets refuse more; the model calls more
 # malformed).
 MAX_BATCH = 3
+# The most requests one prefill round (`prefill_round`) admits that a step can carry: every row of the largest
+# fuzzed pool.
+ROUND_LIMIT = 8
 # What a result pass's finish check matched (a finishing step's `by`): a stop token of the sampling params, an EOS
 # id, the length cap, a stop string. Each ends the request alike; the targets realize each their own way.
 FINISH_BY = ("stop_token", "eos", "length", "stop_str")

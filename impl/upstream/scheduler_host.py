@@ -8,7 +8,8 @@ fuzzer's tokens handed to the result pass as a `GenerationBatchResult`. The meth
 `flush_cache` (and its `is_fully_idle`), `abort_request`, `process_pending_chunked_abort`, the retract-mode
 `pause_generation` and `continue_generation`, `update_running_batch`
 (its filter, its decode-memory check, the retraction, the re-queue `_add_request_to_queue` and the abort's output),
-and the result processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
+the prefill half of `get_next_batch_to_run` (`get_new_batch_prefill`: its `PrefillAdder` over the waiting queue and
+the chunked request, the new batch and its `prepare_for_extend`), and the result processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
 
 Before each call the adapter shows the scheduler where each request is (`show`): the decoding requests in
 `running_batch`, the waiting ones in `waiting_queue`, a request mid-prefill as `chunked_req`.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import types
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -120,6 +122,17 @@ class SchedulerHost:
             self.scheduler.pause_generation(PauseGenerationReqInput(mode="retract"))
             self.scheduler.continue_generation(ContinueGenerationReqInput())
 
+    def prefill_round(self) -> Any:
+        """The prefill half of `get_next_batch_to_run`: `get_new_batch_prefill(running_batch)`, whose
+        `PrefillAdder` picks from the waiting queue (after the chunked request), builds the batch and prepares its
+        extend; returns that batch (None: nothing to run). The pipeline's micro-batch budget is the server's
+        default, its running-request limit."""
+        s = self.scheduler
+        with _micro_batches(s.max_running_requests):
+            plan = s.get_new_batch_prefill(s.running_batch)
+        s.running_batch = getattr(plan, "running_batch", s.running_batch)
+        return getattr(plan, "batch_to_run", plan)
+
     def decode_result(self, batch: Any, tokens: list[int]) -> None:
         """The result pass of a decode batch (`process_batch_result_decode`): the model worker sampled `tokens`,
         one per request of `batch` in order."""
@@ -159,6 +172,56 @@ def _root_warnings_off() -> Iterator[None]:
         yield
     finally:
         logging.disable(previous)
+
+
+@contextlib.contextmanager
+def _micro_batches(limit: int) -> Iterator[None]:
+    """`get_parallel().pp_max_micro_batch_size` as `Scheduler.__init__` defaults it (its running-request limit),
+    for the call; a release without the runtime context reads its `ps` instead."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+    except ImportError:
+        yield
+        return
+    with get_parallel().override(pp_max_micro_batch_size=limit):
+        yield
+
+
+def _prefill_fields(pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
+    """What `get_new_batch_prefill` and its `PrefillAdder` read: first-come-first-served, no priority, no
+    preemption, LoRA, mixed chunks, delayers or dynamic chunking; a chunked prefill size of half a row (page
+    aligned) so that long prompts run in chunks, a prefill token budget of the whole pool, and as many running
+    requests as rows."""
+    from sglang.srt.managers.schedule_policy import SchedulePolicy
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    page = allocator.page_size
+    chunk = max(pool.max_context_len // 2 // page * page, page)
+    return {
+        "policy": SchedulePolicy("fcfs", cache, False, False, False),
+        "page_size": page,
+        "chunked_prefill_size": chunk,
+        "max_prefill_tokens": allocator.size,
+        "max_running_requests": pool.size,
+        "max_prefill_bs": pool.size,
+        "truncation_align_size": None,
+        "is_mixed_chunk": False,
+        "enable_priority_preemption": False,
+        "priority_scheduling_preemption_threshold": 10,
+        "is_hybrid_swa": False,
+        "enable_lora": False,
+        "enable_unified_cache_external_linker": False,
+        "prefill_delayer": None,
+        "min_free_slots_delayer": None,
+        "dynamic_chunk_sizer": None,
+        "spec_algorithm": SpeculativeAlgorithm.NONE,
+        "tp_worker": StandIn("model worker", model_runner=StandIn(
+                "model runner",
+                prefill_aware_swa=False,
+                attn_backend=types.SimpleNamespace(),  # no Triton tile size: the adder's fallback
+            ),),
+        "load_inquirer": StandIn("load report", _get_num_pending_tokens=lambda **_: 0),
+    }
 
 
 def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
@@ -223,8 +286,9 @@ def _scheduler_fields(dialect: Any, pool: Any, allocator: Any, cache: Any) -> di
         "output_streamer": StandIn("output transport"),
         "rust_server": None,
         "ipc_channels": StandIn("tokenizer transport", send_to_tokenizer=StandIn("tokenizer socket")),
-        "beam_coordinator": StandIn("beam search, never enabled"),
+        "beam_coordinator": StandIn("beam search, never enabled", pending_member_rows=lambda _batch: 0),
         "enable_hicache_storage": False,
+        **_prefill_fields(pool, allocator, cache),
         **_parallel_state(),
     }
 

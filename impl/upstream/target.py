@@ -29,7 +29,7 @@ from impl.fault_points import FaultPlan, FaultPoints, InjectedFailure, install
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
-from impl.target import Cause, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
+from impl.target import Admitted, Cause, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
 from impl.upstream import pd, pp_profile, spec, stops
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
@@ -148,6 +148,8 @@ class SglangPool(SchedulerGlue[_Request]):
             "retract_decode",
             "decode_round",
             "pause_retract",
+            "queue",
+            "prefill_round",
             "abort",
             "evict",
             "flush",
@@ -421,6 +423,41 @@ class SglangPool(SchedulerGlue[_Request]):
                 self._requeue(entry)
             else:
                 self._retire(entry)
+
+    @_logged
+    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL) -> None:
+        """A new request in the waiting queue (an upstream `Req` holding nothing); a prefill round admits it."""
+        self._queued_entry(rid, prompt_len, family, kind)
+
+    @_logged
+    def prefill_round(self) -> list[Admitted]:
+        """The prefill half of the scheduler's `get_next_batch_to_run` by upstream's own code: the scheduler shown
+        its running batch (every decoding request, as after the filter), its waiting queue and its chunked
+        request, `get_new_batch_prefill` picks with its `PrefillAdder` (the chunked request first, then the
+        queue, within its budgets), marks the chunked request's middle chunk, builds the batch and prepares its
+        extend; the batch's result pass is `process_batch_result_prefill` (`_prefill_result`). What ran is read
+        off upstream's batch: each request, where its extend started and ended, its row."""
+        self._round_chunked()
+        self._show(None)
+        answer: list[Any] = []
+        self._upstream(lambda: answer.append(self.host.prefill_round()))
+        batch = answer[0]
+        if batch is None or not batch.reqs:
+            return []
+        rid_of = {id(entry.req): rid for rid, entry in self.reqs.items()}
+        ran = [(rid_of[id(req)], self._view(self.reqs[rid_of[id(req)]])) for req in batch.reqs]
+        plan = BatchPlan(
+            [(rid, self.reqs[rid], self._round_extend(rid, view)) for rid, view in ran], [], [rid for rid, _ in ran]
+        )
+        self._prefill_result(batch, plan, marked=True)
+        return [Admitted(rid, view.prefix_len, view.extend_end, int(view.row or 0)) for rid, view in ran]
+
+    def _round_extend(self, rid: int, view: RecordView) -> ExtendPlan:
+        """The extend upstream's round planned for `rid`, as the glue would have written it: from its prefix to
+        its extend's end, towards everything it knows (a queued or retracted request) or its prompt."""
+        entry = self.reqs[rid]
+        target = self._known_len(entry) if entry.status is ReqStatus.WAITING else entry.prompt_len
+        return ExtendPlan(view.prefix_len, view.extend_end, target, None, frozenset(), entry.status is ReqStatus.WAITING)
 
     @_logged
     def abort(self, rid: int) -> None:
@@ -746,7 +783,7 @@ class SglangPool(SchedulerGlue[_Request]):
             if entry.req.finished():
                 self._finished_in_pass(entry)
 
-    def _prefill_result(self, batch: Any, plan: BatchPlan[_Request]) -> None:
+    def _prefill_result(self, batch: Any, plan: BatchPlan[_Request], marked: bool = False) -> None:
         """`process_batch_result_prefill` over the prefill entries, the model worker having sampled each one's next
         token; an entry whose extend ends short of its prompt is a middle chunk (`inflight_middle_chunks`, as the
         scheduler marks its chunked request when it plans the batch), stashed by `stash_chunked_request` as the
@@ -757,7 +794,7 @@ class SglangPool(SchedulerGlue[_Request]):
         middle = [extend.seq_len != extend.prompt_len for _, _, extend in entries]
         outputs = [len(entry.req.output_ids) for _, entry, _ in entries]
         for (_, entry, _), chunk in zip(entries, middle, strict=True):
-            entry.req.inflight_middle_chunks += chunk
+            entry.req.inflight_middle_chunks += chunk and not marked
         tokens = [output_token(rid, extend.seq_len) for rid, _, extend in entries]
         self._upstream(functools.partial(self.host.prefill_result, batch, tokens))
         for index, ((rid, entry, extend), chunk, before) in enumerate(zip(entries, middle, outputs, strict=True)):

@@ -1,0 +1,38 @@
+"""A pool's prefill round (`prefill_round`) as the model's choice: the batch the scheduler ran, written as the
+model's batch of extends (`model.prefill_round`).
+
+Each request the round ran is one extend entry: its length is what the round computed (`seq_len - start`), its
+prefix what a fresh match found (`start`) or, for the chunked request it continued, the record's own protected
+length before the round, as the extend's reuse reads it. The tokens its inserts found cached (`dup`) are what
+the inserting entries protect after the round less what the tree gained (what the round evicted left the tree
+first): only the total is observable, as for a batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from impl.target import Admitted, PoolSnapshot
+from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, ROUND_LIMIT
+
+_EXTEND = BATCH_OPS.index("extend")
+
+
+def round_choice(
+    ran: list[Admitted], before: PoolSnapshot, after: PoolSnapshot, kinds: Any, evicted: int
+) -> dict[str, int]:
+    """The round's choice; `kinds` the model's request kinds, `evicted` what the round evicted on demand. A round
+    of more requests than a step carries is written with its first `ROUND_LIMIT` and its true size, which the
+    model refuses."""
+    choice = {"size": len(ran)}
+    for i, entry in enumerate(ran[:ROUND_LIMIT]):
+        record = before.records.get(entry.rid)
+        held = record is not None and record.row is not None
+        prefix = record.protected_len if held and record is not None else entry.start
+        fields = {"op": _EXTEND, "req": entry.rid, "n": entry.seq_len - entry.start, "prefix": prefix, "row": entry.row}
+        choice.update((f"{name}{i}", value) for name, value in fields.items())
+    if before.cache == "radix":
+        inserting = [e.rid for e in ran if kinds.get(e.rid) != KIND_SKIP_INSERT]
+        gained = int(after.tree_slots.numel()) - int(before.tree_slots.numel()) + evicted
+        choice["dup"] = sum(after.records[rid].protected_len for rid in inserting) - gained
+    return choice

@@ -1,0 +1,67 @@
+"""The scheduler's prefill round (`Scheduler.get_new_batch_prefill`: `PrefillAdder` over the waiting queue, then
+`prepare_for_extend` and the batch's result pass), judged as one step.
+
+The scheduler, not the caller, picks what runs: the chunked request (the one mid-prefill) continues first, then
+waiting requests are admitted while the adder's budgets allow, the last one perhaps cut to a chunk. The model
+follows that choice and judges it as a batch of extends (`model.batch`: every guard an entry's own, the rows
+then the slots, then each entry's stash), with the rules the scheduler keeps whatever its budgets say: only
+waiting requests and the chunked one run; the chunked one always runs (`add_chunked_req` appends it whatever
+the budget, or its row would leak); and afterwards at most one request is mid-prefill (the scheduler has one
+chunked request). How much the adder admits (its token and request budgets, the decode reserve of the running
+batch) is not judged: a round that admits what does not fit is refused by upstream's own allocation, which the
+model calls legal, and the pool states after the round are compared as after any step.
+
+The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
+prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
+
+Judged by the executable model only (`model.interp.PY`), like the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from model.actions import Action, judged_action
+from model.batch import batch_action, batch_params, entries
+from model.interp import PY, PyOps
+from model.state import Sizes, State
+from properties.vocabulary import BATCH_OPS, ROUND_LIMIT, STATUS_PREFILL, STATUS_WAITING
+
+PREFILL_ROUND = "prefill_round"
+ROUND_PARAMS = batch_params(ROUND_LIMIT)
+ROUND_CHOICE = tuple(name for name, _ in ROUND_PARAMS)
+_EXTEND = BATCH_OPS.index("extend")
+
+
+def with_status(s: State, status: int) -> list[int]:
+    """The requests in `status`, ascending."""
+    return sorted(r for r in s.rec_status if s.rec_status.get(r) == status)
+
+
+def prefill_round_action(table: dict[str, Action]) -> Action:
+    """The prefill round over `table`'s extend (a fault's variant where one is on)."""
+    batch = batch_action(table, ROUND_LIMIT)
+
+    def enabled(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
+        assert isinstance(o, PyOps), "the prefill round is judged by the executable model only"
+        chunked, waiting = with_status(s, STATUS_PREFILL), with_status(s, STATUS_WAITING)
+        return s.group_open == 0 and len(chunked) <= 1 and bool(chunked or waiting)
+
+    def judged(p: Sizes, s: State, a: dict[str, Any]) -> State | None:
+        chunked = with_status(s, STATUS_PREFILL)
+        if a.get("size", 0) == 0:
+            return s if not chunked and a.get("evicted", 0) == 0 else None
+        found = entries(a, ROUND_LIMIT)
+        if found is None or any(a.get(f"op{i}") != _EXTEND for i in range(a["size"])):
+            return None
+        ran = [e["req"] for _, e in found]
+        allowed = {STATUS_PREFILL, STATUS_WAITING}
+        if any(s.rec_status.get(r) not in allowed for r in ran) or not set(chunked) <= set(ran):
+            return None
+        if not batch.enabled(PY, p, s, a) or not batch.choice_ok(PY, p, s, a):
+            return None
+        after = batch.update(PY, p, s, a)
+        return after if len(with_status(after, STATUS_PREFILL)) <= 1 else None
+
+    return judged_action(PREFILL_ROUND, ROUND_PARAMS, enabled, judged, ROUND_CHOICE, frozenset(ROUND_CHOICE))
+
