@@ -423,14 +423,17 @@ class Lockstep:
             for i, (entry_op, entry) in enumerate(batch_entries(args)):
                 if entry_op in ("admit", "extend"):
                     self.last_row[entry["req"]] = args[f"row{i}"]
+        if op == PREFILL_ROUND:
+            self.last_row.update((args[f"req{i}"], args[f"row{i}"]) for i in range(args["size"]))
         return None
 
     def _note_origins(self, op: str, args: dict[str, int]) -> None:
-        """The prompt each admission (alone or in a batch) brings, before the model steps past it."""
+        """The prompt each admission (alone or in a batch) or arrival in the queue brings, before the model steps past
+        it."""
         entries = batch_entries(args) if op == "batch" else [(op, args)]
         for entry_op, entry in entries:
-            if entry_op in ("admit", "pd_prealloc"):  # a PD-decode request arrives with its prompt prefilled
-                prompt = entry.get("prompt", 0) if entry_op == "admit" else entry["fill"]
+            if entry_op in ("admit", "queue", "pd_prealloc"):  # a PD-decode request arrives prefilled
+                prompt = entry["fill"] if entry_op == "pd_prealloc" else entry.get("prompt", 0)
                 self.origins.admitted(self.model.state, entry["req"], prompt)
 
     def _judge_evictions(

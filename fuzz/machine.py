@@ -438,7 +438,7 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         @rule(i=PICK, n=lengths)
         def reuse_released(self, i: int, n: int) -> None:
             rid = self._pick(i, RELEASED)
-            self._do("reuse_released", {"req": rid, "row": self.lock.last_row[rid], "n": n})
+            self._do("reuse_released", {"req": rid, "row": self.lock.last_row.get(rid, 0), "n": n})
 
         @precondition(lambda self: allowed("preempt_finished", "retract") and self.has_released())
         @rule(i=PICK)
@@ -457,5 +457,21 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
         @rule(i=PICK, op=st.sampled_from(negatives or ["release_again"]))
         def release_released(self, i: int, op: str) -> None:
             self._do(op, {"req": self._pick(i, RELEASED)})
+
+        # A request arrives and waits in the queue; the scheduler's prefill round (its adder) admits it.
+        @precondition(lambda self: allowed("queue"))
+        @rule(prompt=lengths, family=st.integers(0, FAMILIES - 1), kind=kinds)
+        def queue(self, prompt: int, family: int, kind: int) -> None:
+            self._do("queue", {"req": self._new_rid(), "prompt": prompt, "family": family, "kind": kind})
+
+        # The scheduler's prefill round: the chunked request continues, waiting ones are admitted as budgets allow.
+        @precondition(lambda self: allowed("prefill_round") and self.out_of_group() and self.round_ready())
+        @rule()
+        def prefill_round(self) -> None:
+            self._do("prefill_round", {})
+
+        def round_ready(self) -> bool:
+            # Only where the model calls the round legal: the chunked request's rest must fit (model.prefill_round).
+            return self.lock.model.enabled("prefill_round", {})
 
     return LifecycleMachine

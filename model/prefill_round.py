@@ -11,7 +11,10 @@ chunked request). How much the adder admits (its token and request budgets, the 
 batch) is not judged: a round that admits what does not fit is refused by upstream's own allocation, which the
 model calls legal, and the pool states after the round are compared as after any step.
 
-The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
+The round is legal only where the chunked request's whole remaining prompt fits the free slots, so that any
+chunk of it the adder cuts fits (the adder runs the chunked request whatever its budget; where that may not fit,
+upstream's allocation refuses it, and the contract does not say the round must run); the engines draw it only
+where it is legal. The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
 prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
 
 Judged by the executable model only (`model.interp.PY`), like the batch.
@@ -26,6 +29,7 @@ from model.batch import batch_action, batch_params, entries
 from model.interp import PY, PyOps
 from model.state import Sizes, State
 from properties.vocabulary import BATCH_OPS, ROUND_LIMIT, STATUS_PREFILL, STATUS_WAITING
+from properties.vocabulary import ceil_align_in as ceil_align
 
 PREFILL_ROUND = "prefill_round"
 ROUND_PARAMS = batch_params(ROUND_LIMIT)
@@ -38,6 +42,14 @@ def with_status(s: State, status: int) -> list[int]:
     return sorted(r for r in s.rec_status if s.rec_status.get(r) == status)
 
 
+def _rest_fits(o: Any, p: Sizes, s: State, rid: int) -> bool:
+    """The chunked request's whole remaining prompt fits the free slots: then whatever chunk the adder cuts
+    (it always runs the chunked request, whatever its budget says) fits too. Where it may not, the round is
+    not one the contract calls legal: the adder would ask for what may not be there."""
+    grow = ceil_align(o, p, s.rec_prompt.get(rid)) - ceil_align(o, p, s.rec_A.get(rid))
+    return bool(grow <= s.n_free_slots)
+
+
 def prefill_round_action(table: dict[str, Action]) -> Action:
     """The prefill round over `table`'s extend (a fault's variant where one is on)."""
     batch = batch_action(table, ROUND_LIMIT)
@@ -45,7 +57,9 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
     def enabled(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
         assert isinstance(o, PyOps), "the prefill round is judged by the executable model only"
         chunked, waiting = with_status(s, STATUS_PREFILL), with_status(s, STATUS_WAITING)
-        return s.group_open == 0 and len(chunked) <= 1 and bool(chunked or waiting)
+        if s.group_open != 0 or len(chunked) > 1 or not (chunked or waiting):
+            return False
+        return all(_rest_fits(o, p, s, r) for r in chunked)
 
     def judged(p: Sizes, s: State, a: dict[str, Any]) -> State | None:
         chunked = with_status(s, STATUS_PREFILL)

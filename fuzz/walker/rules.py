@@ -77,6 +77,13 @@ class Rule:
 
 
 LIVE = frozenset(LIVE_STATUSES)
+
+
+def _round_ready(s: State) -> bool:
+    """A prefill round has its chunked request (one at most) or a waiting request to run."""
+    statuses = list(s.rec_status.items.values())
+    return statuses.count(STATUS_PREFILL) <= 1 and bool({STATUS_PREFILL, STATUS_WAITING} & set(statuses))
+
 _SPECULATIVE: Callable[[Sizes], bool] = lambda p: p.speculative  # noqa: E731
 # The machine's rules (`fuzz.machine`), one entry per op.
 RULES: dict[str, Rule] = {
@@ -110,6 +117,9 @@ RULES: dict[str, Rule] = {
         Rule("pause_retract", (Pick(NO_REQUEST),), ready=lambda s: bool(LIVE & set(s.rec_status.items.values()))),
         # The scheduler's decode round over the whole running batch, retracting only where it does not fit.
         Rule("decode_round", (Pick(NO_REQUEST),), ready=lambda s: STATUS_DECODE in s.rec_status.items.values()),
+        # A request arrives and waits; the scheduler's prefill round picks from the queue after its chunked request.
+        Rule("queue", (Pick(FRESH),)),
+        Rule("prefill_round", (Pick(NO_REQUEST, LEGAL),), ready=_round_ready, schedules=True),
         # The hand-written release is only ever called under PR #37167's preconditions.
         Rule("pp_release_manual", (Pick(LIVE, LEGAL),)),
         # PD-decode requests protect no prefix; a released record may carry the -1 sentinel.

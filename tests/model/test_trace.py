@@ -178,7 +178,7 @@ def test_the_config_schema_is_poolconfigs_fields_with_the_target_and_faults() ->
 
 def test_the_step_schema_is_the_action_table() -> None:
     batch = batch_action(actions_for())
-    executable = {"batch", "retract_decode", "decode_round", "pause_retract"}
+    executable = {"batch", "retract_decode", "decode_round", "pause_retract", "prefill_round"}
     assert set(step_schema()) == {a.name for a in CONTRACT} | executable | {"differential", "drain"}
     for action in (*CONTRACT, batch):
         params = {name for name, _ in action.params}
