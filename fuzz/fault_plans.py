@@ -31,8 +31,10 @@ DECODE_ENTRY = BATCH_OPS.index("decode")
 # The steps no plan is drawn for: the harness's own, and the decode round, which retracts, re-queues and aborts
 # before its decode allocates: a failure there comes after work no scheduler undoes (upstream's is fatal), so
 # "as before" is not the round's contract, and the model has no state between its halves to hold it to. The
-# round's allocation is the decode's, which plain decodes and batches fail.
-HARNESS_STEPS = frozenset({"differential", "drain", "decode_round"})
+# round's allocation is the decode's, which plain decodes and batches fail. The prefill round likewise: its
+# adder has planned, locked and dequeued before the batch allocates (a batch's allocation, which batches fail);
+# and an arrival in the queue calls no pool at all.
+HARNESS_STEPS = frozenset({"differential", "drain", "decode_round", "prefill_round", "queue"})
 
 
 def fault_rate_key(rate: int) -> dict[str, int]:

@@ -177,13 +177,16 @@ def _root_warnings_off() -> Iterator[None]:
 @contextlib.contextmanager
 def _micro_batches(limit: int) -> Iterator[None]:
     """`get_parallel().pp_max_micro_batch_size` as `Scheduler.__init__` defaults it (its running-request limit),
-    for the call; a release without the runtime context reads its `ps` instead."""
-    try:
-        from sglang.srt.runtime_context import get_parallel
-    except ImportError:
-        yield
-        return
-    with get_parallel().override(pp_max_micro_batch_size=limit):
+    for the call. 0.5.21 on keep it among the parallel fields (overridden for the call); 0.5.18-0.5.20 in the
+    published config, which `Scheduler.__init__` overrides for the process (`get_context().override`), as this
+    does before each call."""
+    from sglang.srt.runtime_context import get_context, get_parallel
+
+    with contextlib.ExitStack() as scoped:
+        try:
+            scoped.enter_context(get_parallel().override(pp_max_micro_batch_size=limit))
+        except ValueError:  # not a parallel field on this release
+            get_context().override("scheduler.pp_max_micro_batch_size_default", pp_max_micro_batch_size=limit)
         yield
 
 
@@ -214,6 +217,7 @@ def _prefill_fields(pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
         "prefill_delayer": None,
         "min_free_slots_delayer": None,
         "dynamic_chunk_sizer": None,
+        "enable_dynamic_chunking": False,  # 0.5.18, 0.5.19
         "spec_algorithm": SpeculativeAlgorithm.NONE,
         "tp_worker": StandIn("model worker", model_runner=StandIn(
                 "model runner",

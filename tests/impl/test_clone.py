@@ -39,6 +39,8 @@ def _apply(pool: ReferencePool, op: str, rid: int, n: int) -> None:
         "retract_decode": pool.retract_decode,
         "decode_round": pool.decode_round,
         "pause_retract": pool.pause_retract,
+        "prefill_round": pool.prefill_round,
+        "queue": lambda: pool.queue(rid, n + 2, family=rid % 2),
         "group_begin": pool.group_begin,
         "group_end": pool.group_end,
         "reuse_released": lambda: pool.reuse_released(rid, n % 4 + 1, n),
