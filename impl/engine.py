@@ -50,8 +50,8 @@ from impl.release import (
 from impl.req_pool import ContractViolation, ReqToTokenPool
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue, tokens_needed
 from impl.target import (
-    Admitted,
     OFFLOAD_FROM_ZERO,
+    Admitted,
     Cause,
     Eviction,
     PoolConfig,

@@ -14,8 +14,8 @@ model calls legal, and the pool states after the round are compared as after any
 The round is legal only where the chunked request's whole remaining prompt fits the free slots, so that any
 chunk of it the adder cuts fits (the adder runs the chunked request whatever its budget; where that may not fit,
 upstream's allocation refuses it, and the contract does not say the round must run); the engines draw it only
-where it is legal. The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
-prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
+where it is legal. The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend),
+request, length, matched prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
 
 Judged by the executable model only (`model.interp.PY`), like the batch.
 """
@@ -78,4 +78,3 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
         return after if len(with_status(after, STATUS_PREFILL)) <= 1 else None
 
     return judged_action(PREFILL_ROUND, ROUND_PARAMS, enabled, judged, ROUND_CHOICE, frozenset(ROUND_CHOICE))
-

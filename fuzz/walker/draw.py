@@ -106,7 +106,7 @@ class Drawer:
     def _value(self, param: Param, rid: int | None, lock: Any) -> int:
         rng = self.rng
         if param.sort == "row" and rid in lock.last_row:
-            return int(lock.last_row.get(rid, 0))  # the row the record last held: a stale row, as a bypassed free leaves
+            return int(lock.last_row[rid])  # the row the record last held: a stale row, as a bypassed free leaves
         if param.name == "kind":
             odds = self.swarm.other_kind_odds
             return rng.choice(self.other_kinds) if self.other_kinds and rng.random() < odds else KIND_NORMAL

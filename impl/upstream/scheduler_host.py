@@ -9,7 +9,8 @@ fuzzer's tokens handed to the result pass as a `GenerationBatchResult`. The meth
 `pause_generation` and `continue_generation`, `update_running_batch`
 (its filter, its decode-memory check, the retraction, the re-queue `_add_request_to_queue` and the abort's output),
 the prefill half of `get_next_batch_to_run` (`get_new_batch_prefill`: its `PrefillAdder` over the waiting queue and
-the chunked request, the new batch and its `prepare_for_extend`), and the result processor's `process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
+the chunked request, the new batch and its `prepare_for_extend`), and the result processor's
+`process_batch_result_decode` and finish release (`_handle_finish_state_updated_req`).
 
 Before each call the adapter shows the scheduler where each request is (`show`): the decoding requests in
 `running_batch`, the waiting ones in `waiting_queue`, a request mid-prefill as `chunked_req`.
@@ -219,11 +220,14 @@ def _prefill_fields(pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
         "dynamic_chunk_sizer": None,
         "enable_dynamic_chunking": False,  # 0.5.18, 0.5.19
         "spec_algorithm": SpeculativeAlgorithm.NONE,
-        "tp_worker": StandIn("model worker", model_runner=StandIn(
+        "tp_worker": StandIn(
+            "model worker",
+            model_runner=StandIn(
                 "model runner",
                 prefill_aware_swa=False,
                 attn_backend=types.SimpleNamespace(),  # no Triton tile size: the adder's fallback
-            ),),
+            ),
+        ),
         "load_inquirer": StandIn("load report", _get_num_pending_tokens=lambda **_: 0),
     }
 

@@ -29,7 +29,17 @@ from impl.fault_points import FaultPlan, FaultPoints, InjectedFailure, install
 from impl.faults import NO_FAULTS, FaultSet
 from impl.records import ReqStatus, output_token, prompt_token
 from impl.scheduler import BatchPlan, ExtendPlan, SchedulerGlue
-from impl.target import Admitted, Cause, Eviction, PoolConfig, PoolSnapshot, RecordView, Refused, Retracted, check_finish_by
+from impl.target import (
+    Admitted,
+    Cause,
+    Eviction,
+    PoolConfig,
+    PoolSnapshot,
+    RecordView,
+    Refused,
+    Retracted,
+    check_finish_by,
+)
 from impl.upstream import pd, pp_profile, spec, stops
 from impl.upstream.dialects import Dialect, capabilities, load_dialect, paged_naive_path
 from impl.upstream.scheduler_host import SchedulerHost
@@ -457,7 +467,9 @@ class SglangPool(SchedulerGlue[_Request]):
         its extend's end, towards everything it knows (a queued or retracted request) or its prompt."""
         entry = self.reqs[rid]
         target = self._known_len(entry) if entry.status is ReqStatus.WAITING else entry.prompt_len
-        return ExtendPlan(view.prefix_len, view.extend_end, target, None, frozenset(), entry.status is ReqStatus.WAITING)
+        return ExtendPlan(
+            view.prefix_len, view.extend_end, target, None, frozenset(), entry.status is ReqStatus.WAITING
+        )
 
     @_logged
     def abort(self, rid: int) -> None:
