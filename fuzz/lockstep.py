@@ -14,7 +14,7 @@ from typing import Any
 
 from fuzz.drain import DRAIN, drain
 from fuzz.retraction import OriginLedger, retracted_choice
-from fuzz.rounds import round_choice
+from fuzz.rounds import round_choice, round_corners
 from fuzz.targets import DIFFERENTIAL, make_target, model_sizes, target_ops
 from impl.fault_points import Shot, plan_of
 from impl.target import OFFLOAD_FROM_PROTECTED, OFFLOAD_FROM_ZERO, Cause, PoolSnapshot, Refused, Target
@@ -565,6 +565,8 @@ def step_corners(
         ops = sorted({entry_op for entry_op, _ in batch_entries(args)})
         corners.append(f"batch: {args['size']} entries ({', '.join(ops)})")
     corners += _finish_corners(op, args)
+    if op == PREFILL_ROUND:
+        corners += round_corners(choice, before, after)
     if op in RETRACTING:
         corners.append(f"{op}: retracted {('none', 'one', 'several')[min(choice['retracted'], 2)]}")
         if choice["aborted"]:

@@ -36,3 +36,25 @@ def round_choice(
         gained = int(after.tree_slots.numel()) - int(before.tree_slots.numel()) + evicted
         choice["dup"] = sum(after.records[rid].protected_len for rid in inserting) - gained
     return choice
+
+
+def round_corners(choice: dict[str, int], before: PoolSnapshot, after: PoolSnapshot) -> list[str]:
+    """The corners a round reached: how many it ran, whether it continued the chunked request, admitted a new
+    waiting request, left one mid-prefill, matched a prefix, or left a waiting request waiting."""
+    size = choice["size"]
+    corners = [f"prefill_round: ran {('none', 'one', 'several')[min(size, 2)]}"]
+    ran = [choice[f"req{i}"] for i in range(min(size, ROUND_LIMIT))]
+    for i, rid in enumerate(ran):
+        record, done = before.records.get(rid), after.records.get(rid)
+        if record is not None and record.row is not None:
+            corners.append("prefill_round: continued the chunked request")
+        else:
+            corners.append("prefill_round: admitted a waiting request")
+        if done is not None and done.prompt_len is not None and done.committed_len < done.prompt_len:
+            corners.append("prefill_round: left a request mid-prefill")
+        if choice.get(f"prefix{i}", 0) > 0 and (record is None or record.row is None):
+            corners.append("prefill_round: prefix matched in the tree")
+    waiting = [r for r, rec in before.records.items() if rec.status == "waiting" and rec.row is None]
+    if any(r not in ran for r in waiting):
+        corners.append("prefill_round: a waiting request turned down or not reached")
+    return corners

@@ -34,6 +34,7 @@ OFFLOAD = "srt/disaggregation/decode_kvcache_offload_manager.py"
 SCHEDULER = "srt/managers/scheduler.py"
 RESULT = "srt/managers/scheduler_components/batch_result_processor.py"
 CHUNK_SIZER = "srt/managers/scheduler_components/dynamic_chunk_sizer.py"
+POLICY = "srt/managers/schedule_policy.py"
 
 _RELEASE = [
     SourceMutant(
@@ -489,6 +490,52 @@ _PREFILL_RESULT = [
     ),
 ]
 
+# The prefill round: `Scheduler.get_new_batch_prefill` and its `PrefillAdder`, run by the `prefill_round` step.
+_PREFILL_ROUND = [
+    SourceMutant(
+        "round-chunked-left-out",
+        POLICY,
+        "        req.extend_end = req.prefix_len + new_len\n        self.can_run_list.append(req)\n"
+        "        self._update_prefill_budget(\n",
+        "        req.extend_end = req.prefix_len + new_len\n        self._update_prefill_budget(\n",
+        "chunk-p1",
+        "the chunked request planned but left out of the batch (\"otherwise it will cause a memory leak\"): its "
+        "row and chunk are held by a request no batch runs",
+    ),
+    SourceMutant(
+        "round-planning-lock-kept",
+        POLICY,
+        "                self.tree_cache.unlock(lock)\n        finally:\n",
+        "                pass\n        finally:\n",
+        "radix-p4",
+        "the adder's planning lock on a matched prefix never given back (a tree lock never dropped)",
+    ),
+    SourceMutant(
+        "round-admission-unlocked",
+        POLICY,
+        "        req.lock = self.tree_cache.lock(req.last_node)\n        self.can_run_list.append(req)\n",
+        "        self.can_run_list.append(req)\n",
+        "radix-p4",
+        "an admission that takes no lock on its matched prefix: the tree may evict what the request reads",
+    ),
+    SourceMutant(
+        "round-queue-keeps-admitted",
+        SCHEDULER,
+        "        self.waiting_queue = [x for x in self.waiting_queue if x not in can_run_set]\n",
+        "",
+        "chunk-p1",
+        "a request the round admitted left in the waiting queue: admitted again on a second row",
+    ),
+    SourceMutant(
+        "round-middle-chunk-unmarked",
+        SCHEDULER,
+        "        if self.chunked_req is not None:\n            self.chunked_req.inflight_middle_chunks += 1\n",
+        "",
+        "chunk-p1",
+        "a middle chunk not counted: its result pass takes the chunk for the whole prefill",
+    ),
+]
+
 # `ScheduleBatch.retract_decode`, run on the running batch by the decode retraction step.
 _RETRACTION = [
     SourceMutant(
@@ -714,6 +761,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_BATCHES,
     *_SCHEDULER,
     *_PREFILL_RESULT,
+    *_PREFILL_ROUND,
     *_RETRACTION,
     *_ROUND,
     *_PAUSE,

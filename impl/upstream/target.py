@@ -448,19 +448,32 @@ class SglangPool(SchedulerGlue[_Request]):
         extend; the batch's result pass is `process_batch_result_prefill` (`_prefill_result`). What ran is read
         off upstream's batch: each request, where its extend started and ended, its row."""
         self._round_chunked()
+        waiting = [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.WAITING]
         self._show(None)
         answer: list[Any] = []
         self._upstream(lambda: answer.append(self.host.prefill_round()))
         batch = answer[0]
-        if batch is None or not batch.reqs:
-            return []
-        rid_of = {id(entry.req): rid for rid, entry in self.reqs.items()}
-        ran = [(rid_of[id(req)], self._view(self.reqs[rid_of[id(req)]])) for req in batch.reqs]
-        plan = BatchPlan(
-            [(rid, self.reqs[rid], self._round_extend(rid, view)) for rid, view in ran], [], [rid for rid, _ in ran]
-        )
-        self._prefill_result(batch, plan, marked=True)
+        ran: list[tuple[int, RecordView]] = []
+        if batch is not None and batch.reqs:
+            rid_of = {id(entry.req): rid for rid, entry in self.reqs.items()}
+            ran = [(rid_of[id(req)], self._view(self.reqs[rid_of[id(req)]])) for req in batch.reqs]
+            plan = BatchPlan(
+                [(rid, self.reqs[rid], self._round_extend(rid, view)) for rid, view in ran], [], [r for r, _ in ran]
+            )
+            self._prefill_result(batch, plan, marked=True)
+        self._placed_after_round(waiting, {rid for rid, _ in ran})
         return [Admitted(rid, view.prefix_len, view.extend_end, int(view.row or 0)) for rid, view in ran]
+
+    def _placed_after_round(self, waiting: list[tuple[int, _Request]], ran: set[int]) -> None:
+        """Where upstream's round left each request that waited before it, read off its waiting queue: one it ran
+        and still queues waits (with the row it took, which the invariants see); one it neither ran nor queues is
+        lost, never to run again (it counts as finished, which the model's waiting request shows)."""
+        queued = {id(req) for req in self.host.scheduler.waiting_queue}
+        for rid, entry in waiting:
+            if rid in ran and id(entry.req) in queued:
+                entry.status = ReqStatus.WAITING
+            elif rid not in ran and id(entry.req) not in queued:
+                self._retire(entry)
 
     def _round_extend(self, rid: int, view: RecordView) -> ExtendPlan:
         """The extend upstream's round planned for `rid`, as the glue would have written it: from its prefix to
@@ -648,9 +661,11 @@ class SglangPool(SchedulerGlue[_Request]):
         """An upstream `Req` not yet admitted, its prompt tokens known (an open-ended prompt has none yet)."""
         if family < 0:
             raise Refused(f"family must be non-negative, got {family}")
-        # Past any length a row holds: no result pass finishes a request by length unless a step arms the cap (the
-        # prefill pass's appended token included, `_prefill_result`).
-        cap = self.config.width + 1
+        # Past any length its row holds: no result pass finishes a request by length unless a step arms the cap (the
+        # prefill pass's appended token included, `_prefill_result`). A known prompt leaves `width - prompt` outputs
+        # at most (a retraction keeps them); one more is the pass's. The cap is also what the prefill adder
+        # reserves for the request's decodes, so it is no larger than that.
+        cap = self.config.width + 2 - (prompt_len or 0)
         req = self.dialect.new_req(rid, max_new_tokens=cap, skip_insert=kind == KIND_SKIP_INSERT)
         entry = _Request(req, prompt_len, family)
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
