@@ -507,7 +507,7 @@ _PREFILL_ROUND = [
         POLICY,
         "                self.tree_cache.unlock(lock)\n        finally:\n",
         "                pass\n        finally:\n",
-        "radix-p4",
+        "radix-p1",
         "the adder's planning lock on a matched prefix never given back (a tree lock never dropped)",
     ),
     SourceMutant(
@@ -515,7 +515,7 @@ _PREFILL_ROUND = [
         POLICY,
         "        req.lock = self.tree_cache.lock(req.last_node)\n        self.can_run_list.append(req)\n",
         "        self.can_run_list.append(req)\n",
-        "radix-p4",
+        "radix-p1",
         "an admission that takes no lock on its matched prefix: the tree may evict what the request reads",
     ),
     SourceMutant(

@@ -14,7 +14,9 @@ model calls legal, and the pool states after the round are compared as after any
 The round is legal only where the chunked request's whole remaining prompt fits the free slots, so that any
 chunk of it the adder cuts fits (the adder runs the chunked request whatever its budget; where that may not fit,
 upstream's allocation refuses it, and the contract does not say the round must run); the engines draw it only
-where it is legal. The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend),
+where it is legal. A tree that is not evicted on demand has no round: the adder counts the tree's evictable
+tokens in its budget, and upstream's allocation evicts them as it needs (a pool that evicts only in its own step
+is the harness's restriction, not the scheduler's). The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend),
 request, length, matched prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
 
 Judged by the executable model only (`model.interp.PY`), like the batch.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import Action, judged_action
+from model.actions import OBSERVED, Action, judged_action
 from model.batch import batch_action, batch_params, entries
 from model.interp import PY, PyOps
 from model.state import Sizes, State
@@ -33,7 +35,8 @@ from properties.vocabulary import ceil_align_in as ceil_align
 
 PREFILL_ROUND = "prefill_round"
 ROUND_PARAMS = batch_params(ROUND_LIMIT)
-ROUND_CHOICE = tuple(name for name, _ in ROUND_PARAMS)
+# What the pool chose: everything but what the lockstep reads off the pool before the round (`OBSERVED`).
+ROUND_CHOICE = tuple(name for name, _ in ROUND_PARAMS if name not in OBSERVED)
 _EXTEND = BATCH_OPS.index("extend")
 
 
@@ -57,6 +60,8 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
     def enabled(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
         assert isinstance(o, PyOps), "the prefill round is judged by the executable model only"
         chunked, waiting = with_status(s, STATUS_PREFILL), with_status(s, STATUS_WAITING)
+        if p.radix and not p.on_demand:
+            return False  # the adder budgets with what the tree could evict, which the allocation then evicts
         if s.group_open != 0 or len(chunked) > 1 or not (chunked or waiting):
             return False
         return all(_rest_fits(o, p, s, r) for r in chunked)

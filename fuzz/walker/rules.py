@@ -85,6 +85,8 @@ def _round_ready(s: State) -> bool:
     return statuses.count(STATUS_PREFILL) <= 1 and bool({STATUS_PREFILL, STATUS_WAITING} & set(statuses))
 
 _SPECULATIVE: Callable[[Sizes], bool] = lambda p: p.speculative  # noqa: E731
+# The prefill round's adder budgets with what the tree could evict: it runs where the tree evicts on demand.
+_ROUND_POOL: Callable[[Sizes], bool] = lambda p: not p.radix or p.on_demand  # noqa: E731
 # The machine's rules (`fuzz.machine`), one entry per op.
 RULES: dict[str, Rule] = {
     rule.op: rule
@@ -119,7 +121,7 @@ RULES: dict[str, Rule] = {
         Rule("decode_round", (Pick(NO_REQUEST),), ready=lambda s: STATUS_DECODE in s.rec_status.items.values()),
         # A request arrives and waits; the scheduler's prefill round picks from the queue after its chunked request.
         Rule("queue", (Pick(FRESH),)),
-        Rule("prefill_round", (Pick(NO_REQUEST, LEGAL),), ready=_round_ready, schedules=True),
+        Rule("prefill_round", (Pick(NO_REQUEST, LEGAL),), _ROUND_POOL, ready=_round_ready, schedules=True),
         # The hand-written release is only ever called under PR #37167's preconditions.
         Rule("pp_release_manual", (Pick(LIVE, LEGAL),)),
         # PD-decode requests protect no prefix; a released record may carry the -1 sentinel.
