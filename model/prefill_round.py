@@ -5,19 +5,19 @@ The scheduler, not the caller, picks what runs: the chunked request (the one mid
 waiting requests are admitted while the adder's budgets allow, the last one perhaps cut to a chunk. The model
 follows that choice and judges it as a batch of extends (`model.batch`: every guard an entry's own, the rows
 then the slots, then each entry's stash), with the rules the scheduler keeps whatever its budgets say: only
-waiting requests and the chunked one run; the chunked one always runs (`add_chunked_req` appends it whatever
-the budget, or its row would leak); and afterwards at most one request is mid-prefill (the scheduler has one
-chunked request). How much the adder admits (its token and request budgets, the decode reserve of the running
-batch) is not judged: a round that admits what does not fit is refused by upstream's own allocation, which the
-model calls legal, and the pool states after the round are compared as after any step.
+waiting requests and the chunked one run; the chunked one runs (`add_chunked_req`: left out, its row and chunk
+would be held by a request no batch runs); and afterwards at most one request is mid-prefill (the scheduler has
+one chunked request). How much the adder admits (its token and request budgets, the decode reserve of the
+running batch) is not judged; the pool states after the round are compared as after any step.
 
 The round is legal only where the chunked request's whole remaining prompt fits the free slots, so that any
-chunk of it the adder cuts fits (the adder runs the chunked request whatever its budget; where that may not fit,
-upstream's allocation refuses it, and the contract does not say the round must run); the engines draw it only
-where it is legal. A tree that is not evicted on demand has no round: the adder counts the tree's evictable
-tokens in its budget, and upstream's allocation evicts them as it needs (a pool that evicts only in its own step
-is the harness's restriction, not the scheduler's). The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend),
-request, length, matched prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
+chunk of it the adder cuts fits and its budget has room for it; the engines draw the round only where it is
+legal. A tree that is not evicted on demand has no round: the adder counts the tree's evictable tokens in its
+budget and upstream's allocation evicts them as it needs (a pool that evicts only in its own step is the
+harness's restriction, not the scheduler's).
+
+The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
+prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
 
 Judged by the executable model only (`model.interp.PY`), like the batch.
 """
