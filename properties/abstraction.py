@@ -83,10 +83,13 @@ class Observation:
 
 def match_only(rec: Any) -> bool:
     """A waiting record that holds nothing, whose protected length is only its last prefix match: upstream's
-    adder matches every request it considers (`init_next_round_input`) and keeps the match on one it turns down,
-    and every admission matches again before anything reads it (`cache_protected_len = prefix_len`)."""
+    adder matches every request it considers (`init_next_round_input`: `cache_protected_len = prefix_len`) and
+    keeps the match on one it turns down, and every admission matches again before anything reads it. A
+    protected length that is not the record's own prefix (a retraction that kept it, past a cleared prefix) is
+    no match."""
     waiting = STATUS_CODES.get(rec.status) == STATUS_WAITING
-    return waiting and rec.row is None and not rec.tree_locked and rec.committed_len == rec.allocated_len == 0
+    empty = rec.row is None and not rec.tree_locked and rec.committed_len == rec.allocated_len == 0
+    return waiting and empty and rec.protected_len in (0, rec.prefix_len)
 
 
 def observe(snap: SnapshotLike) -> Observation:

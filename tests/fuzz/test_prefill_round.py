@@ -10,7 +10,7 @@ from model.state import Sizes
 from properties.vocabulary import BATCH_OPS, STATUS_DECODE, STATUS_DONE, STATUS_PREFILL, STATUS_WAITING
 
 CHUNK = {**POOLS["chunk-p1"], "faults": []}
-RADIX = {**POOLS["radix-p4"], "faults": []}
+RADIX = {**POOLS["radix-p1"], "faults": []}  # a round needs a tree that evicts on demand
 EXTEND = BATCH_OPS.index("extend")
 
 

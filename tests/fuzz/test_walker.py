@@ -103,7 +103,11 @@ def test_every_op_the_target_implements_is_drawn() -> None:
     drawn: set[str] = set()
     for seed in range(8):
         drawn |= set(Walker(RADIX, seed).run(steps=400).ops)
-    assert drawn == target_ops(RADIX) | {"drain"}  # every walk ends with a drain
+    # Every walk ends with a drain; a tree that evicts only in its own step has no prefill round (its rule).
+    assert not RULES["prefill_round"].pool(Sizes(4, 64, 32, 4, radix=True))
+    assert drawn == (target_ops(RADIX) - {"prefill_round"}) | {"drain"}
+    on_demand = {**POOLS["radix-p1"], "faults": []}
+    assert "prefill_round" in set(Walker(on_demand, 0).run(steps=400).ops)
 
 
 class _BatchTally(Walker):
