@@ -138,12 +138,21 @@ def _sizer(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill
 def _run_mixin(module: Any, target: Any, runner: ModelRunnerStandIn, chunked_prefill_size: int) -> None:
     """`profile_and_init_predictor` on the target's scheduler: the first PP rank of one, its fit left to run."""
     scheduler = target.host.scheduler
-    scheduler.__dict__.update(
-        pp_group=types.SimpleNamespace(is_first_rank=True),
-        tp_worker=types.SimpleNamespace(model_runner=runner),
-        chunked_prefill_size=chunked_prefill_size,
-        model_config=runner.model_config,
-        spec_algorithm=target.dialect.no_speculation,
-        device="cpu",
-    )
-    type(scheduler).profile_and_init_predictor(scheduler)
+    profiling = {
+        "pp_group": types.SimpleNamespace(is_first_rank=True),
+        "tp_worker": types.SimpleNamespace(model_runner=runner),
+        "chunked_prefill_size": chunked_prefill_size,
+        "model_config": runner.model_config,
+        "spec_algorithm": target.dialect.no_speculation,
+        "device": "cpu",
+    }
+    # The scheduler's own values come back after the call: the prefill round reads them (a server profiles once,
+    # at start, before it schedules anything).
+    saved = {name: scheduler.__dict__[name] for name in profiling if name in scheduler.__dict__}
+    scheduler.__dict__.update(profiling)
+    try:
+        type(scheduler).profile_and_init_predictor(scheduler)
+    finally:
+        for name in profiling:
+            scheduler.__dict__.pop(name, None)
+        scheduler.__dict__.update(saved)
