@@ -53,7 +53,9 @@ _CALLS: dict[str, Call] = {
     "retract_decode": lambda t, a: t.retract_decode(),
     "decode_round": lambda t, a: t.decode_round(),
     "pause_retract": lambda t, a: t.pause_retract(),
-    "queue": lambda t, a: t.queue(a["req"], a["prompt"], family=a["family"], kind=a.get("kind", 0)),
+    "queue": lambda t, a: t.queue(
+        a["req"], a["prompt"], family=a["family"], kind=a.get("kind", 0), priority=a.get("priority", 0)
+    ),
     PREFILL_ROUND: lambda t, a: t.prefill_round(),
     "abort": lambda t, a: t.abort(a["req"]),
     "evict": lambda t, a: t.evict(a["n"]),

@@ -460,9 +460,10 @@ def build_machine(recorder: Recorder) -> type[RuleBasedStateMachine]:
 
         # A request arrives and waits in the queue; the scheduler's prefill round (its adder) admits it.
         @precondition(lambda self: allowed("queue"))
-        @rule(prompt=lengths, family=st.integers(0, FAMILIES - 1), kind=kinds)
-        def queue(self, prompt: int, family: int, kind: int) -> None:
-            self._do("queue", {"req": self._new_rid(), "prompt": prompt, "family": family, "kind": kind})
+        @rule(prompt=lengths, family=st.integers(0, FAMILIES - 1), kind=kinds, priority=st.integers(0, 2))
+        def queue(self, prompt: int, family: int, kind: int, priority: int) -> None:
+            args = {"req": self._new_rid(), "prompt": prompt, "family": family, "kind": kind, "priority": priority}
+            self._do("queue", args)
 
         # The scheduler's prefill round: the chunked request continues, waiting ones are admitted as budgets allow.
         @precondition(lambda self: allowed("prefill_round") and self.out_of_group() and self.round_ready())

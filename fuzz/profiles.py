@@ -38,6 +38,17 @@ POOLS: dict[str, dict[str, Any]] = {
     # Many short requests on little memory: the batch-wide scheduler steps (a decode retraction taking several
     # requests, the last one aborted) need more rows than the slots can serve at once.
     "busy-p1": {**_SMALL, "rows": 8, "tokens": 24, "width": 12, "page_size": 1, "cache": "chunk", "speculative": False},
+    # Few rows on much memory: the rows run out while the adder's token budget still has room, where a request of a
+    # higher priority preempts running ones (`PrefillAdder.preempt_to_schedule`) in a prefill round.
+    "roomy-p1": {
+        **_SMALL,
+        "rows": 2,
+        "tokens": 96,
+        "width": 16,
+        "page_size": 1,
+        "cache": "chunk",
+        "speculative": False,
+    },
     "pd-p1": {**_PD_DECODE},
     "pd-p4": {**_PD_DECODE, "page_size": 4},
 }

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from impl.target import Admitted, PoolSnapshot
+from impl.target import PoolSnapshot, Round
 from properties.vocabulary import BATCH_OPS, KIND_SKIP_INSERT, ROUND_LIMIT
 
 _EXTEND = BATCH_OPS.index("extend")
 
 
-def round_choice(
-    ran: list[Admitted], before: PoolSnapshot, after: PoolSnapshot, kinds: Any, evicted: int
-) -> dict[str, int]:
+def round_choice(result: Round, before: PoolSnapshot, after: PoolSnapshot, kinds: Any, evicted: int) -> dict[str, int]:
     """The round's choice; `kinds` the model's request kinds, `evicted` what the round evicted on demand. A round
     of more requests than a step carries is written with its first `ROUND_LIMIT` and its true size, which the
-    model refuses."""
-    choice = {"size": len(ran)}
+    model refuses; so are its preemptions."""
+    ran = result.ran
+    choice = {"size": len(ran), "preempted": len(result.preempted)}
+    choice.update((f"pre{i}", rid) for i, rid in enumerate(result.preempted[:ROUND_LIMIT]))
     for i, entry in enumerate(ran[:ROUND_LIMIT]):
         record = before.records.get(entry.rid)
         held = record is not None and record.row is not None
@@ -43,6 +43,8 @@ def round_corners(choice: dict[str, int], before: PoolSnapshot, after: PoolSnaps
     waiting request, left one mid-prefill, matched a prefix, or left a waiting request waiting."""
     size = choice["size"]
     corners = [f"prefill_round: ran {('none', 'one', 'several')[min(size, 2)]}"]
+    if choice.get("preempted", 0):
+        corners.append(f"prefill_round: preempted {('one', 'several')[min(choice['preempted'], 2) - 1]}")
     ran = [choice[f"req{i}"] for i in range(min(size, ROUND_LIMIT))]
     for i, rid in enumerate(ran):
         record, done = before.records.get(rid), after.records.get(rid)

@@ -499,7 +499,7 @@ _PREFILL_ROUND = [
         "        self._update_prefill_budget(\n",
         "        req.extend_end = req.prefix_len + new_len\n        self._update_prefill_budget(\n",
         "chunk-p1",
-        "the chunked request planned but left out of the batch (\"otherwise it will cause a memory leak\"): its "
+        'the chunked request planned but left out of the batch ("otherwise it will cause a memory leak"): its '
         "row and chunk are held by a request no batch runs",
     ),
     SourceMutant(
@@ -533,6 +533,36 @@ _PREFILL_ROUND = [
         "",
         "chunk-p1",
         "a middle chunk not counted: its result pass takes the chunk for the whole prefill",
+    ),
+]
+
+# Priority preemption in the prefill round (`PrefillAdder.preempt_to_schedule`), hunted on roomy-p1.
+_PREEMPTION = [
+    SourceMutant(
+        "preempt-finished-released-again",
+        POLICY,
+        "            if r not in self.preempt_list and not r.finished()\n",
+        "            if r not in self.preempt_list\n",
+        "roomy-p1",
+        "#18694: preemption walks a running batch that still lists requests finished this round, and releases "
+        "them again",
+    ),
+    SourceMutant(
+        "preempt-left-running",
+        POLICY,
+        "        self.running_batch.filter_batch(keep_indices=keep_indices)\n        self.preempt_list.extend(",
+        "        self.preempt_list.extend(",
+        "roomy-p1",
+        "a preempted request released but left in the running batch: it decodes on with no row",
+    ),
+    SourceMutant(
+        "preempt-not-requeued",
+        SCHEDULER,
+        "        if adder.preempt_list:\n            for req in adder.preempt_list:\n"
+        "                self._add_request_to_queue(req)\n",
+        "",
+        "roomy-p1",
+        "a preempted request released and never queued again: it is lost",
     ),
 ]
 
@@ -762,6 +792,7 @@ MUTANTS: tuple[SourceMutant, ...] = (
     *_SCHEDULER,
     *_PREFILL_RESULT,
     *_PREFILL_ROUND,
+    *_PREEMPTION,
     *_RETRACTION,
     *_ROUND,
     *_PAUSE,

@@ -59,6 +59,7 @@ from impl.target import (
     RecordView,
     Refused,
     Retracted,
+    Round,
     check_finish_by,
 )
 from properties.interning import Interned
@@ -161,19 +162,20 @@ class ReferencePool(SchedulerGlue[Req], FieldCopy):
         rows = self._contract(lambda: self._run_batch(plan))
         return [rows[rid] for rid in plan.rids]
 
-    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL) -> None:
-        """A new request in the waiting queue, holding nothing; a prefill round (or an extend) admits it."""
+    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL, priority: int = 0) -> None:
+        """A new request in the waiting queue, holding nothing; a prefill round (or an extend) admits it. The
+        reference adder serves the queue in order and never preempts, so it keeps no priority."""
         self._queued_entry(rid, prompt_len, family, kind)
 
-    def prefill_round(self) -> list[Admitted]:
+    def prefill_round(self) -> Round:
         """The scheduler's prefill round with the reference adder (`impl.prefill_adder`): the batch it picks, run
         as a batch is (rows, then slots, then each entry's stash in the result pass); what ran, in order."""
         chunked = [rid for rid, _ in self._round_chunked()]
         plan = plan_round(self, chunked)
         if plan is None:
-            return []
+            return Round([], [])
         rows = self._contract(lambda: self._run_batch(plan))
-        return [Admitted(rid, extend.start, extend.seq_len, rows[rid]) for rid, _, extend in plan.prefill]
+        return Round([], [Admitted(rid, extend.start, extend.seq_len, rows[rid]) for rid, _, extend in plan.prefill])
 
     def _run_batch(self, plan: BatchPlan[Req]) -> dict[int, int]:
         """The batch's pool steps; each request's row, as the allocation handed it out."""

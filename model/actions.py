@@ -130,7 +130,7 @@ EVICT_PARAMS = (("evictable", "len"), ("evicted", "len"))
 OBSERVED = frozenset({"prefix", "evictable"})
 # Arguments a trace may leave out, with what they then are: a normal request, on a pool that neither could
 # nor did evict on demand.
-ARG_DEFAULTS = {"kind": 0, "evictable": 0, "evicted": 0}
+ARG_DEFAULTS = {"kind": 0, "priority": 0, "evictable": 0, "evicted": 0}
 OPTIONAL_ARGS = OBSERVED | frozenset(ARG_DEFAULTS)
 
 
@@ -412,13 +412,15 @@ ADMIT = evicting(
     )
 )
 
-QUEUE_PARAMS = (("req", "req"), ("prompt", "len"), ("family", "len"), ("kind", "len"))
+# `priority` is the scheduler's (a prefill round may preempt running requests of a lower one); the model does not
+# read it: which requests a preemption takes is the pool's choice (`model.prefill_round`).
+QUEUE_PARAMS = (("req", "req"), ("prompt", "len"), ("family", "len"), ("kind", "len"), ("priority", "len"))
 
 
 def _queue_enabled(o: Any, p: Sizes, s: State, a: Args) -> Any:
     """A new request, its prompt in a row's width, of a known kind (what `_add_request_to_queue` is handed)."""
     req, prompt, kind = a["req"], a["prompt"], a["kind"]
-    shape = o.And(req >= 0, prompt >= 1, prompt <= p.width)
+    shape = o.And(req >= 0, prompt >= 1, prompt <= p.width, a["priority"] >= 0)
     known = o.Or(kind == KIND_NORMAL, kind == KIND_SKIP_INSERT)
     return o.And(shape, known, _status(o, s, req) == STATUS_NEW)
 

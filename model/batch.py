@@ -35,6 +35,8 @@ PREFILL_OPS = frozenset({"admit", "extend"})
 # An entry's arguments, as its atomic action names them; slot i carries them suffixed with i.
 ENTRY_FIELDS = ("req", "n", "prompt", "family", "kind", "prefix", "row")
 _SORTS = {"req": "req", "row": "row"}
+
+
 def batch_params(limit: int) -> tuple[tuple[str, str], ...]:
     """A batch's arguments with `limit` entry slots."""
     return (

@@ -16,8 +16,11 @@ legal. A tree that is not evicted on demand has no round: the adder counts the t
 budget and upstream's allocation evicts them as it needs (a pool that evicts only in its own step is the
 harness's restriction, not the scheduler's).
 
-The choices are the whole batch: `size` (0: nothing ran), each entry's op (an extend), request, length, matched
-prefix and row, the tokens the inserts found cached (`dup`) and what the round evicted.
+A round may first preempt running requests to make room (`PrefillAdder.preempt_to_schedule`, where the request
+it considers has a higher priority): each a retraction of a decoding request, never of one that finished and
+waits for the filter. The choices are the preemptions (`preempted`, `pre0`..) and the whole batch: `size` (0:
+nothing ran), each entry's op (an extend), request, length, matched prefix and row, the tokens the inserts
+found cached (`dup`) and what the round evicted.
 
 Judged by the executable model only (`model.interp.PY`), like the batch.
 """
@@ -30,11 +33,13 @@ from model.actions import OBSERVED, Action, judged_action
 from model.batch import batch_action, batch_params, entries
 from model.interp import PY, PyOps
 from model.state import Sizes, State
-from properties.vocabulary import BATCH_OPS, ROUND_LIMIT, STATUS_PREFILL, STATUS_WAITING
+from properties.vocabulary import BATCH_OPS, ROUND_LIMIT, STATUS_DECODE, STATUS_PREFILL, STATUS_WAITING
 from properties.vocabulary import ceil_align_in as ceil_align
 
 PREFILL_ROUND = "prefill_round"
-ROUND_PARAMS = batch_params(ROUND_LIMIT)
+# The running requests the round preempted (`PrefillAdder.preempt_to_schedule`), in the order it released them.
+PREEMPTED = tuple(f"pre{i}" for i in range(ROUND_LIMIT))
+ROUND_PARAMS = (*batch_params(ROUND_LIMIT), ("preempted", "len"), *((name, "req") for name in PREEMPTED))
 # What the pool chose: everything but what the lockstep reads off the pool before the round (`OBSERVED`).
 ROUND_CHOICE = tuple(name for name, _ in ROUND_PARAMS if name not in OBSERVED)
 _EXTEND = BATCH_OPS.index("extend")
@@ -53,9 +58,26 @@ def _rest_fits(o: Any, p: Sizes, s: State, rid: int) -> bool:
     return bool(grow <= s.n_free_slots)
 
 
+def _preempted(retract: Action, p: Sizes, s: State, a: dict[str, Any]) -> State | None:
+    """The state after the round's preemptions, each a retraction (`release_req`: the release without insert,
+    `reset_for_retract`, the request re-queued; what they evicted is the round's, judged with its batch); None
+    where one takes a request that is not decoding (one finished in a result pass and not yet filtered is
+    released already, #18694) or takes one twice."""
+    k = a.get("preempted", 0)
+    picks = [a.get(name, -1) for name in PREEMPTED[:k]] if 0 <= k <= ROUND_LIMIT else None
+    if picks is None or len(set(picks)) != len(picks):
+        return None
+    for rid in picks:
+        if s.rec_status.get(rid) != STATUS_DECODE or not retract.enabled(PY, p, s, {"req": rid, "evictable": 0}):
+            return None
+        s = retract.update(PY, p, s, {"req": rid, "evictable": 0, "evicted": 0})
+    return s
+
+
 def prefill_round_action(table: dict[str, Action]) -> Action:
     """The prefill round over `table`'s extend (a fault's variant where one is on)."""
     batch = batch_action(table, ROUND_LIMIT)
+    retract = table["retract"].inner or table["retract"]
 
     def enabled(o: Any, p: Sizes, s: State, a: dict[str, Any]) -> Any:
         assert isinstance(o, PyOps), "the prefill round is judged by the executable model only"
@@ -68,6 +90,10 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
 
     def judged(p: Sizes, s: State, a: dict[str, Any]) -> State | None:
         chunked = with_status(s, STATUS_PREFILL)
+        s_after = _preempted(retract, p, s, a)
+        if s_after is None:
+            return None
+        s = s_after
         if a.get("size", 0) == 0:
             return s if not chunked and a.get("evicted", 0) == 0 else None
         found = entries(a, ROUND_LIMIT)
@@ -75,7 +101,8 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
             return None
         ran = [e["req"] for _, e in found]
         allowed = {STATUS_PREFILL, STATUS_WAITING}
-        if any(s.rec_status.get(r) not in allowed for r in ran) or not set(chunked) <= set(ran):
+        preempted = {a.get(name) for name in PREEMPTED[: a.get("preempted", 0)]}
+        if any(s.rec_status.get(r) not in allowed or r in preempted for r in ran) or not set(chunked) <= set(ran):
             return None
         if not batch.enabled(PY, p, s, a) or not batch.choice_ok(PY, p, s, a):
             return None

@@ -84,6 +84,7 @@ def _round_ready(s: State) -> bool:
     statuses = list(s.rec_status.items.values())
     return statuses.count(STATUS_PREFILL) <= 1 and bool({STATUS_PREFILL, STATUS_WAITING} & set(statuses))
 
+
 _SPECULATIVE: Callable[[Sizes], bool] = lambda p: p.speculative  # noqa: E731
 # The prefill round's adder budgets with what the tree could evict: it runs where the tree evicts on demand.
 _ROUND_POOL: Callable[[Sizes], bool] = lambda p: not p.radix or p.on_demand  # noqa: E731

@@ -127,9 +127,10 @@ class SchedulerHost:
         """The prefill half of `get_next_batch_to_run`: `get_new_batch_prefill(running_batch)`, whose
         `PrefillAdder` picks from the waiting queue (after the chunked request), builds the batch and prepares its
         extend; returns that batch (None: nothing to run). The pipeline's micro-batch budget is the server's
-        default, its running-request limit."""
+        default, its running-request limit; priority scheduling and preemption are on for the call
+        (`_priority_preemption`)."""
         s = self.scheduler
-        with _micro_batches(s.max_running_requests):
+        with _micro_batches(s.max_running_requests), _priority_preemption(s):
             plan = s.get_new_batch_prefill(s.running_batch)
         s.running_batch = getattr(plan, "running_batch", s.running_batch)
         return getattr(plan, "batch_to_run", plan)
@@ -191,11 +192,26 @@ def _micro_batches(limit: int) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _priority_preemption(s: Any) -> Iterator[None]:
+    """Priority scheduling and priority preemption on for the prefill round (a request of a higher priority than
+    running ones may preempt them, `PrefillAdder.preempt_to_schedule`, at any priority difference), off again
+    after it: the decode retraction, the re-queue and the abort are driven as a server without priorities runs
+    them, which the retraction's pick order is held to."""
+    saved = (s.enable_priority_scheduling, s.enable_priority_preemption, s.policy.enable_priority_scheduling)
+    s.enable_priority_scheduling = s.enable_priority_preemption = s.policy.enable_priority_scheduling = True
+    try:
+        yield
+    finally:
+        s.enable_priority_scheduling, s.enable_priority_preemption, s.policy.enable_priority_scheduling = saved
+
+
 def _prefill_fields(pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
-    """What `get_new_batch_prefill` and its `PrefillAdder` read: first-come-first-served, no priority, no
-    preemption, LoRA, mixed chunks, delayers or dynamic chunking; a chunked prefill size of half a row (page
-    aligned) so that long prompts run in chunks, a prefill token budget of the whole pool, and as many running
-    requests as rows."""
+    """What `get_new_batch_prefill` and its `PrefillAdder` read: first come first served by priority (priority
+    preemption on for the round only, `_priority_preemption`), no LoRA, mixed chunks, delayers or dynamic
+    chunking; a chunked prefill size of half a row (page aligned) so that long prompts run in chunks, a prefill
+    token budget of the whole pool, and as many running requests as rows."""
+
     from sglang.srt.managers.schedule_policy import SchedulePolicy
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
@@ -211,7 +227,7 @@ def _prefill_fields(pool: Any, allocator: Any, cache: Any) -> dict[str, Any]:
         "truncation_align_size": None,
         "is_mixed_chunk": False,
         "enable_priority_preemption": False,
-        "priority_scheduling_preemption_threshold": 10,
+        "priority_scheduling_preemption_threshold": 0,  # any higher priority preempts (while preemption is on)
         "is_hybrid_swa": False,
         "enable_lora": False,
         "enable_unified_cache_external_linker": False,

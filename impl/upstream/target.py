@@ -38,6 +38,7 @@ from impl.target import (
     RecordView,
     Refused,
     Retracted,
+    Round,
     check_finish_by,
 )
 from impl.upstream import pd, pp_profile, spec, stops
@@ -435,21 +436,29 @@ class SglangPool(SchedulerGlue[_Request]):
                 self._retire(entry)
 
     @_logged
-    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL) -> None:
-        """A new request in the waiting queue (an upstream `Req` holding nothing); a prefill round admits it."""
-        self._queued_entry(rid, prompt_len, family, kind)
+    def queue(self, rid: int, prompt_len: int, family: int = 0, kind: int = KIND_NORMAL, priority: int = 0) -> None:
+        """A new request in the waiting queue (an upstream `Req` holding nothing, of `priority`); a prefill round
+        admits it, and may preempt running requests of a lower priority for it."""
+        if priority < 0:
+            raise Refused(f"priority must be non-negative, got {priority}")
+        self._queued_entry(rid, prompt_len, family, kind).req.priority = priority
 
     @_logged
-    def prefill_round(self) -> list[Admitted]:
+    def prefill_round(self) -> Round:
         """The prefill half of the scheduler's `get_next_batch_to_run` by upstream's own code: the scheduler shown
         its running batch (every decoding request, as after the filter), its waiting queue and its chunked
         request, `get_new_batch_prefill` picks with its `PrefillAdder` (the chunked request first, then the
         queue, within its budgets), marks the chunked request's middle chunk, builds the batch and prepares its
         extend; the batch's result pass is `process_batch_result_prefill` (`_prefill_result`). What ran is read
         off upstream's batch: each request, where its extend started and ended, its row."""
-        self._round_chunked()
+        chunked = self._round_chunked()
         waiting = [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.WAITING]
-        self._show(None)
+        decoding = [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.DECODING]
+        running = sorted([*decoding, *self._unfiltered()])  # finished in a result pass, not yet filtered: shown
+        chunked_req = chunked[0][1].req if chunked else None
+        self.host.show([], [e.req for _, e in waiting], chunked_req)
+        if running:  # the running batch as the scheduler merged it, which a preemption filters
+            self.host.scheduler.running_batch = self.dialect.merge_batches([_batch_of(e) for _, e in running])
         answer: list[Any] = []
         self._upstream(lambda: answer.append(self.host.prefill_round()))
         batch = answer[0]
@@ -462,7 +471,28 @@ class SglangPool(SchedulerGlue[_Request]):
             )
             self._prefill_result(batch, plan, marked=True)
         self._placed_after_round(waiting, {rid for rid, _ in ran})
-        return [Admitted(rid, view.prefix_len, view.extend_end, int(view.row or 0)) for rid, view in ran]
+        preempted = self._preempted(running)
+        return Round(
+            preempted, [Admitted(rid, view.prefix_len, view.extend_end, int(view.row or 0)) for rid, view in ran]
+        )
+
+    def _preempted(self, running: list[tuple[int, _Request]]) -> list[int]:
+        """The running requests upstream's round preempted, read off its queues: each one it took out of the running
+        batch and re-queued waits (in the order queued); one it dropped from the running batch without queueing it
+        is lost (finished, which the model's decoding request shows); one it left in the running batch runs on,
+        whatever else it did to it."""
+        s = self.host.scheduler
+        queued = [id(req) for req in s.waiting_queue]
+        kept = {id(req) for req in s.running_batch.reqs}
+        preempted = sorted((queued.index(id(e.req)), rid) for rid, e in running if id(e.req) in queued)
+        for _, entry in running:
+            if id(entry.req) in kept:
+                continue  # still running (one upstream also queued is still decoding to the checks)
+            if id(entry.req) in queued:
+                self._requeue(entry)
+            elif entry.status is ReqStatus.DECODING:
+                self._retire(entry)
+        return [rid for _, rid in preempted if rid not in {r for r, e in running if id(e.req) in kept}]
 
     def _placed_after_round(self, waiting: list[tuple[int, _Request]], ran: set[int]) -> None:
         """Where upstream's round left each request that waited before it, read off its waiting queue: one it ran
@@ -667,6 +697,7 @@ class SglangPool(SchedulerGlue[_Request]):
         # reserves for the request's decodes, so it is no larger than that.
         cap = self.config.width + 2 - (prompt_len or 0)
         req = self.dialect.new_req(rid, max_new_tokens=cap, skip_insert=kind == KIND_SKIP_INSERT)
+        req.priority = 0  # what a priority-scheduling server gives a request that names none
         entry = _Request(req, prompt_len, family)
         entry.req.origin_input_ids.extend(prompt_token(family, p) for p in range(prompt_len or 0))
         return entry

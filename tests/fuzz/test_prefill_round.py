@@ -91,3 +91,17 @@ def test_a_drain_ends_queued_requests_and_the_pool_is_back_to_full() -> None:
         assert lock.step("queue", {"req": 1, "prompt": 5, "family": 1, "kind": 0}) is None
         assert lock.step("drain", {}) is None
         assert {lock.model.state.rec_status.get(r) for r in (0, 1)} == {STATUS_DONE}
+
+
+def test_a_round_may_preempt_decoding_requests_only() -> None:
+    model = _queued(4, 4)
+    model.step("prefill_round", _round((0, 4, 4), (1, 4, 3)))
+    model.step("queue", {"req": 2, "prompt": 4, "family": 0, "kind": 0, "priority": 2})
+    preempt = {**_round((2, 4, 4)), "preempted": 1, "pre0": 0}
+    assert model.choice_ok("prefill_round", preempt)
+    assert not model.choice_ok("prefill_round", {**preempt, "pre0": 2}), "a waiting request preempted"
+    assert not model.choice_ok("prefill_round", {**_round((0, 1, 4)), "preempted": 1, "pre0": 0}), "it runs too"
+    model.step("finish", {"req": 1})
+    assert not model.choice_ok("prefill_round", {**preempt, "pre0": 1}), "a finished request released again"
+    model.step("prefill_round", preempt)
+    assert [model.state.rec_status.get(r) for r in (0, 2)] == [STATUS_WAITING, STATUS_DECODE]

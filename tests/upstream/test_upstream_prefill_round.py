@@ -26,10 +26,10 @@ def _lock(pool: str) -> Lockstep:
 
 def _queue(lock: Lockstep, *prompts: int) -> None:
     for rid, prompt in enumerate(prompts):
-        assert lock.step("queue", {"req": rid, "prompt": prompt, "family": rid % 2, "kind": 0}) is None
+        assert lock.step("queue", {"req": rid, "prompt": prompt, "family": rid % 2, "kind": 0, "priority": 0}) is None
 
 
-@pytest.mark.parametrize("pool", ["chunk-p1", "radix-p4"])
+@pytest.mark.parametrize("pool", ["chunk-p1", "radix-p1"])
 def test_upstreams_adder_chunks_the_first_request_and_continues_it_first(pool: str) -> None:
     lock = _lock(pool)
     _queue(lock, 20, 20)
@@ -60,3 +60,18 @@ def test_a_round_with_nothing_to_admit_runs_nothing() -> None:
     assert lock.step("prefill_round", {}) is None
     assert lock.steps[-1].choice["size"] == 0
     assert lock.model.state.rec_status.get(0) == STATUS_WAITING
+
+
+def test_a_higher_priority_request_preempts_a_running_one_where_the_rows_ran_out() -> None:
+    lock = _lock("roomy-p1")  # two rows on much memory
+    _queue(lock, 3, 3)
+    assert lock.step("prefill_round", {}) is None
+    assert lock.steps[-1].choice["size"] == 2
+    assert lock.step("decode_round", {}) is None
+    assert lock.step("queue", {"req": 9, "prompt": 3, "family": 1, "kind": 0, "priority": 2}) is None
+    assert lock.step("prefill_round", {}) is None
+    choice = lock.steps[-1].choice
+    assert (choice["preempted"], choice["size"], choice["req0"]) == (1, 1, 9)
+    assert lock.model.state.rec_status.get(choice["pre0"]) == STATUS_WAITING
+    assert "prefill_round: preempted one" in lock.corners
+    assert lock.step("drain", {"flush": 0}) is None
