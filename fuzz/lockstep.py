@@ -279,8 +279,10 @@ class Lockstep:
         evictable part of the tree (a retraction may evict what its own release unlocks)."""
         if op == "batch":
             return self.target.peek_batch_evictable(batch_entries(inputs))
-        if op in UNLOCKING or op == PREFILL_ROUND:  # a bound: a retraction's unlocks, a round's picks unknown
+        if op in UNLOCKING:  # a lower bound: what each retraction unlocks may be evicted too
             return self.snap.evictable_size
+        if op == PREFILL_ROUND:  # a bound: its picks are unknown, and its preemptions unlock what they protect
+            return self.snap.evictable_size + self.snap.protected_size
         rid = inputs["req"]
         if op == "admit":
             return self.target.peek_evictable(rid, inputs["n"], prompt_len=inputs["prompt"], family=inputs["family"])

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from model.actions import OBSERVED, Action, judged_action
+from model.actions import OBSERVED, Action, _after_eviction, _eviction_ok, judged_action
 from model.batch import batch_action, batch_params, entries
 from model.interp import PY, PyOps
 from model.state import Sizes, State
@@ -94,8 +94,10 @@ def prefill_round_action(table: dict[str, Action]) -> Action:
         if s_after is None:
             return None
         s = s_after
-        if a.get("size", 0) == 0:
-            return s if not chunked and a.get("evicted", 0) == 0 else None
+        if a.get("size", 0) == 0:  # nothing ran; what its preemptions' releases evicted left the tree
+            if chunked or not _eviction_ok(PY, p, s, a):
+                return None
+            return _after_eviction(PY, p, s, a)
         found = entries(a, ROUND_LIMIT)
         if found is None or any(a.get(f"op{i}") != _EXTEND for i in range(a["size"])):
             return None
