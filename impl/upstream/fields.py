@@ -339,7 +339,12 @@ REQ: dict[str, Entry] = {
     "prefill_attempt_count": RETRACTION,
     "prefix_indices": PREFIX,
     "prefix_len": PREFIX,
-    "priority": configured("None: insert and eviction use priority 0"),
+    "priority": configured(
+        "0 (a queued request: the fuzzer's 0-2), what a priority-scheduling server gives; the prefill round's "
+        "queue order and preemption read it, and the tree's insert gives it to its nodes (eviction priority, "
+        "which only orders victims)",
+        kept=False,
+    ),
     "read_offset": OUTPUT,
     "reasoning_tokens": GRAMMAR,
     "req_pool_idx": ROW,
