@@ -64,11 +64,17 @@ def model_sizes(config: dict[str, Any]) -> Sizes:
     )
 
 
+# The ops a prefill server runs and the PD decode side never does.
+PREFILL_SERVER_ONLY = frozenset({"pp_profile", "prefill_round", "queue"})
+
+
 def target_ops(config: dict[str, Any]) -> frozenset[str]:
     """The lockstep ops the config's target implements (`differential` included: it runs only those), less those
-    its pool shape never runs: PP profiling is a prefill server's, never the PD decode side's."""
+    its pool shape never runs: PP profiling and the prefill round (and the queue it serves) are a prefill
+    server's, never the PD decode side's, which admits through its pre-allocation queue."""
     ops = TARGETS[config.get("target", "reference")]().OPS | {DIFFERENTIAL}
-    return ops - {"pp_profile"} if config.get("row_pool") == "decode" else ops
+    return ops - PREFILL_SERVER_ONLY if config.get("row_pool") == "decode" else ops
+
 
 
 def target_problem(config: dict[str, Any]) -> str | None:

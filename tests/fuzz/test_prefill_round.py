@@ -105,3 +105,11 @@ def test_a_round_may_preempt_decoding_requests_only() -> None:
     assert not model.choice_ok("prefill_round", {**preempt, "pre0": 1}), "a finished request released again"
     model.step("prefill_round", preempt)
     assert [model.state.rec_status.get(r) for r in (0, 2)] == [STATUS_WAITING, STATUS_DECODE]
+
+
+def test_the_pd_decode_side_runs_no_prefill_round() -> None:
+    """A PD decode server admits through its pre-allocation queue: no arrivals in a waiting queue, no adder."""
+    from fuzz.targets import target_ops
+
+    assert {"queue", "prefill_round"} <= target_ops(CHUNK)
+    assert not {"queue", "prefill_round", "pp_profile"} & target_ops({**POOLS["pd-p1"], "faults": []})
