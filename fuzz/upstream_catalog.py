@@ -599,7 +599,7 @@ _RETRACTION = [
         BATCH,
         "        if len(sorted_indices) <= 1 and not self.check_decode_mem(\n",
         "        if False and not self.check_decode_mem(\n",
-        "chunk-p1",
+        "busy-p1",
         "#14948's shape: the last request kept though even alone it cannot fit (the decode then fails)",
     ),
 ]
