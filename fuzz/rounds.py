@@ -27,8 +27,7 @@ def round_choice(result: Round, before: PoolSnapshot, after: PoolSnapshot, kinds
     choice.update((f"pre{i}", rid) for i, rid in enumerate(result.preempted[:ROUND_LIMIT]))
     for i, entry in enumerate(ran[:ROUND_LIMIT]):
         record = before.records.get(entry.rid)
-        held = record is not None and record.row is not None
-        prefix = record.protected_len if held and record is not None else entry.start
+        prefix = record.protected_len if record is not None and record.row is not None else entry.start
         fields = {"op": _EXTEND, "req": entry.rid, "n": entry.seq_len - entry.start, "prefix": prefix, "row": entry.row}
         choice.update((f"{name}{i}", value) for name, value in fields.items())
     if before.cache == "radix":

@@ -446,10 +446,11 @@ class SglangPool(SchedulerGlue[_Request]):
     @_logged
     def prefill_round(self) -> Round:
         """The prefill half of the scheduler's `get_next_batch_to_run` by upstream's own code: the scheduler shown
-        its running batch (every decoding request, as after the filter), its waiting queue and its chunked
-        request, `get_new_batch_prefill` picks with its `PrefillAdder` (the chunked request first, then the
-        queue, within its budgets), marks the chunked request's middle chunk, builds the batch and prepares its
-        extend; the batch's result pass is `process_batch_result_prefill` (`_prefill_result`). What ran is read
+        its running batch (every decoding request and those a result pass finished and no filter dropped yet,
+        merged as the scheduler merges them), its waiting queue and its chunked request, `get_new_batch_prefill`
+        picks with its `PrefillAdder` (the chunked request first, then the queue, within its budgets, preempting
+        for a higher priority), marks the chunked request's middle chunk, builds the batch and prepares its extend;
+        the batch's result pass is `process_batch_result_prefill` (`_prefill_result`). What ran is read
         off upstream's batch: each request, where its extend started and ended, its row."""
         chunked = self._round_chunked()
         waiting = [(rid, e) for rid, e in self.reqs.items() if e.status is ReqStatus.WAITING]
@@ -484,7 +485,8 @@ class SglangPool(SchedulerGlue[_Request]):
         s = self.host.scheduler
         queued = [id(req) for req in s.waiting_queue]
         kept = {id(req) for req in s.running_batch.reqs}
-        preempted = sorted((queued.index(id(e.req)), rid) for rid, e in running if id(e.req) in queued)
+        taken = [(rid, e) for rid, e in running if id(e.req) in queued and id(e.req) not in kept]
+        preempted = sorted((queued.index(id(e.req)), rid) for rid, e in taken)
         for _, entry in running:
             if id(entry.req) in kept:
                 continue  # still running (one upstream also queued is still decoding to the checks)
@@ -492,7 +494,7 @@ class SglangPool(SchedulerGlue[_Request]):
                 self._requeue(entry)
             elif entry.status is ReqStatus.DECODING:
                 self._retire(entry)
-        return [rid for _, rid in preempted if rid not in {r for r, e in running if id(e.req) in kept}]
+        return [rid for _, rid in preempted]
 
     def _placed_after_round(self, waiting: list[tuple[int, _Request]], ran: set[int]) -> None:
         """Where upstream's round left each request that waited before it, read off its waiting queue: one it ran
